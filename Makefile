@@ -1,0 +1,59 @@
+# rookgrpo: `make train` (the main job) and `make test` (the suite) do all set-up on a fresh machine:
+# a virtualenv in .venv, the CPU build of torch when the venv has no torch, the package with its test extras,
+# and Stockfish from apt when no binary is found.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_VERSION ?= 2.13.0
+# Oldest TRL release rookgrpo supports (keep in sync with pyproject.toml); `make test-oldest-trl` checks it.
+OLDEST_TRL ?= 1.10.0
+OLDEST_VENV ?= .venv-oldest-trl
+RECIPE ?= recipes/smoke.yaml
+PYTEST_ARGS ?=
+
+.PHONY: help setup train test test-oldest-trl bench stockfish clean
+
+help:
+	@echo "make train            GRPO on the embedded default recipe ($(RECIPE)), CPU, no network"
+	@echo "make test             the test suite"
+	@echo "make test-oldest-trl  the test suite against TRL $(OLDEST_TRL) in $(OLDEST_VENV)"
+	@echo "make bench            benchmarks (see benchmarks/README.md)"
+
+setup: $(VENV)/.installed stockfish
+
+# Torch first: with no torch present, a plain `torch` requirement would pull the CUDA wheels (several GB).
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
+	$(PIP) install -e ".[test]"
+	touch $@
+
+stockfish:
+	@if command -v stockfish >/dev/null 2>&1 || [ -x /usr/games/stockfish ]; then :; else \
+		echo "Stockfish not found: installing it with apt"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update && $$SUDO apt-get install -y stockfish; \
+	fi
+
+train: setup
+	$(VENV)/bin/accelerate launch --num_processes 1 -m rookgrpo $(RECIPE)
+	$(VENV)/bin/rookgrpo plot runs/smoke
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The oldest supported TRL, with the transformers/accelerate it was released against, in a venv of its own.
+test-oldest-trl:
+	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -c "import torch" 2>/dev/null || $(OLDEST_VENV)/bin/pip install "torch==$(TORCH_VERSION)"
+	$(OLDEST_VENV)/bin/pip install "trl==$(OLDEST_TRL)" -e ".[test]"
+	$(OLDEST_VENV)/bin/python -c "import trl; assert trl.__version__ == '$(OLDEST_TRL)', trl.__version__"
+	$(OLDEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf runs build dist .pytest_cache

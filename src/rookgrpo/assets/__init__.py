@@ -1,0 +1,76 @@
+"""Short names for the models and datasets rookgrpo ships or builds, so recipes work with no network.
+
+``rookgrpo/<name>`` in ``model_name_or_path`` or ``dataset_name`` resolves here first; any other string is left for
+transformers/datasets to load (hub id or local path). Packaged files live next to this module.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ASSETS_DIR = Path(__file__).resolve().parent
+PREFIX = "rookgrpo/"
+
+
+def cache_dir() -> Path:
+    """Where built-on-demand assets go: ``$ROOKGRPO_CACHE`` or ``~/.cache/rookgrpo``."""
+    return Path(os.environ.get("ROOKGRPO_CACHE", Path.home() / ".cache" / "rookgrpo"))
+
+
+def _tiny_random() -> Path:
+    from ..tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    return build_tiny_gpt2(cache_dir() / "models" / "tiny-random-v1", TinyGPT2Spec())
+
+
+# name → callable returning a local directory (built on first use).
+MODELS = {
+    "tiny-random": _tiny_random,
+}
+# name → packaged data file.
+DATASETS = {
+    "smoke-prompts": ASSETS_DIR / "smoke_prompts.jsonl",
+}
+
+
+def resolve_model(name_or_path: str) -> str:
+    """Map ``rookgrpo/<name>`` to a local model directory; return anything else unchanged."""
+    if isinstance(name_or_path, str) and name_or_path.startswith(PREFIX) and not Path(name_or_path).exists():
+        key = name_or_path[len(PREFIX):]
+        if key in MODELS:
+            return str(_on_local_main_process_first(MODELS[key]))
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            f"model_name_or_path: {name_or_path!r} is not a packaged rookgrpo model. Packaged: "
+            f"{', '.join(PREFIX + k for k in MODELS)}. For a hub model use its id, for a local one its directory."
+        )
+    return name_or_path
+
+
+def _on_local_main_process_first(build):
+    """Run ``build`` on each node's main process before the other ranks, which then find the result on disk."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return build()
+    from accelerate import PartialState
+
+    with PartialState().local_main_process_first():
+        return build()
+
+
+def resolve_dataset(name_or_path: str) -> str:
+    """Map ``rookgrpo/<name>`` to a packaged data file; return anything else unchanged."""
+    if isinstance(name_or_path, str) and name_or_path.startswith(PREFIX) and not Path(name_or_path).exists():
+        key = name_or_path[len(PREFIX):]
+        if key in DATASETS:
+            return str(DATASETS[key])
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            f"dataset_name: {name_or_path!r} is not a packaged rookgrpo dataset. Packaged: "
+            f"{', '.join(PREFIX + k for k in DATASETS)}. For a hub dataset use its id, for local data a path."
+        )
+    return name_or_path

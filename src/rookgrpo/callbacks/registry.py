@@ -1,0 +1,106 @@
+"""Name → callback registry, and the resolver for a recipe's ``callbacks`` entries.
+
+An entry is a registered name (``"my_callback"``), a dotted path (``"pkg.module:Class"``), a mapping with arguments
+(``{"name": "my_callback", "arg": 1}`` or ``{"my_callback": {"arg": 1}}``), a ``TrainerCallback`` class, or an
+instance. Names and arguments are checked when the trainer is built, so a typo fails before training starts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import json
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ..errors import ConfigError
+
+_REGISTRY: dict[str, type[TrainerCallback]] = {}
+
+
+def register_callback(name: str):
+    """Class decorator: make a ``TrainerCallback`` subclass available to recipes under ``name``."""
+
+    def decorator(cls):
+        if not (inspect.isclass(cls) and issubclass(cls, TrainerCallback)):
+            raise TypeError(f"register_callback({name!r}) expects a TrainerCallback subclass, got {cls!r}")
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def available_callbacks() -> list[str]:
+    """Sorted names of all registered callbacks."""
+    return sorted(_REGISTRY)
+
+
+def resolve_callbacks(specs: Any) -> list[Any] | None:
+    """Instantiate every entry of ``specs`` (see module docstring). ``None`` stays ``None``."""
+    if specs is None:
+        return None
+    if not isinstance(specs, (list, tuple)):
+        specs = [specs]
+    return [resolve_callback(spec) for spec in specs]
+
+
+def resolve_callback(spec: Any) -> TrainerCallback:
+    """Instantiate one callback entry."""
+    if isinstance(spec, TrainerCallback):
+        return spec
+    if inspect.isclass(spec) and issubclass(spec, TrainerCallback):
+        return spec()
+    if isinstance(spec, str) and spec.lstrip().startswith("{"):
+        try:
+            spec = json.loads(spec)  # `--callbacks '{"name": "x", "arg": 1}'` on the command line
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"callbacks: {spec!r} is not valid JSON ({exc}).") from exc
+    if isinstance(spec, str):
+        name, kwargs = spec, {}
+    elif isinstance(spec, dict):
+        spec = dict(spec)
+        if "name" in spec:
+            name, kwargs = spec.pop("name"), spec
+        elif len(spec) == 1:
+            (name, kwargs), = spec.items()
+            kwargs = dict(kwargs or {})
+        else:
+            raise ConfigError(
+                f"callbacks: entry {spec!r} has no 'name'. Write it as {{name: my_callback, arg: 1}} or "
+                "{my_callback: {arg: 1}}."
+            )
+    else:
+        raise ConfigError(f"callbacks: entry {spec!r} is a {type(spec).__name__}; expected a name or a mapping.")
+    cls = _lookup(name)
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"callbacks: bad arguments for {name!r}: {exc}. Signature: {cls.__name__}{inspect.signature(cls)}") from exc
+    return cls(**kwargs)
+
+
+def _lookup(name: str) -> type[TrainerCallback]:
+    _load_builtin_callbacks()
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if ":" in name or "." in name:
+        module_name, _, attr = name.rpartition(":") if ":" in name else name.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ConfigError(f"callbacks: cannot load {name!r}: {exc}.") from exc
+        if not (inspect.isclass(cls) and issubclass(cls, TrainerCallback)):
+            raise ConfigError(f"callbacks: {name!r} is not a transformers.TrainerCallback subclass.")
+        return cls
+    close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
+    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+    raise ConfigError(
+        f"callbacks: unknown callback {name!r}.{hint} Registered: {', '.join(sorted(_REGISTRY)) or '(none)'}; "
+        "or give a dotted path 'pkg.module:Class'."
+    )
+
+
+def _load_builtin_callbacks() -> None:
+    """Hook for built-in callback modules; each registers itself on import."""

@@ -1,0 +1,1 @@
+"""Chess: RookWorld text formats, the Stockfish pool, and data generation."""

@@ -1,0 +1,186 @@
+"""``rookgrpo`` command line: ``train`` (wraps ``accelerate launch``), ``rewards`` (list them), ``plot`` (curves).
+
+Errors a user can fix (:class:`~rookgrpo.errors.ConfigError`) print one clear line and exit with status 2, with no
+traceback; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import ConfigError
+
+ACCELERATE_CONFIG_DIRS = (Path("recipes") / "accelerate",)
+
+
+def run_module(argv: Sequence[str]) -> int:
+    """Entry point of ``python -m rookgrpo``: train in this process (one rank when launched by accelerate)."""
+    if not argv or argv[0] in ("-h", "--help"):
+        from .recipe import make_parser
+
+        make_parser().print_help()
+        return 0
+    _setup_logging()
+    try:
+        from .train import main as train_main
+
+        return train_main(argv)
+    except ConfigError as exc:
+        print(f"rookgrpo: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def launch_command(argv: Sequence[str]) -> list[str]:
+    """Build the ``accelerate launch`` arguments for ``rookgrpo train RECIPE [flags]``.
+
+    ``accelerate_config`` and ``num_processes`` come from the flags, else from the recipe (as ``trl grpo`` does) and are
+    consumed here; every other flag goes on to the training process, where it overrides the recipe.
+    """
+    from .recipe import _check_recipe_keys, normalize_argv
+
+    argv = normalize_argv(argv)
+    if "--config" not in argv:
+        raise ConfigError("rookgrpo train needs a recipe: `rookgrpo train recipes/rookworld-tiny.yaml [--flag value]`.")
+    _check_recipe_keys(argv)
+    recipe = _read_yaml(argv[argv.index("--config") + 1])
+    forwarded, launch = _pop_launch_flags(argv, ("accelerate_config", "num_processes"))
+    accelerate_config = launch.get("accelerate_config", recipe.get("accelerate_config"))
+    num_processes = launch.get("num_processes", recipe.get("num_processes"))
+    args: list[str] = []
+    if accelerate_config:
+        args += ["--config_file", str(resolve_accelerate_config(str(accelerate_config)))]
+    if num_processes is not None:
+        args += ["--num_processes", str(int(num_processes))]
+        if int(num_processes) > 1 and not accelerate_config:
+            args += ["--multi_gpu"]  # accelerate's DDP launcher; on a machine without GPUs it runs gloo on CPU
+    return [*args, "-m", "rookgrpo", *forwarded]
+
+
+def resolve_accelerate_config(name: str) -> Path:
+    """An accelerate config path, a name from ``recipes/accelerate/``, or a name of TRL's bundled configs."""
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    for folder in ACCELERATE_CONFIG_DIRS:
+        candidate = folder / f"{name}.yaml"
+        if candidate.is_file():
+            return candidate
+    from importlib import resources
+
+    bundled = resources.files("trl.accelerate_configs").joinpath(f"{name}.yaml")
+    if bundled.is_file():
+        return Path(str(bundled))
+    raise ConfigError(
+        f"accelerate_config: {name!r} is neither a file nor a known config name. Use a path, or one of "
+        "cpu-ddp, ddp, zero2, zero3, fsdp (from recipes/accelerate/, when launched from the repository root)."
+    )
+
+
+def _pop_launch_flags(argv: list[str], names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    rest, found, i = [], {}, 0
+    while i < len(argv):
+        key = argv[i][2:] if argv[i].startswith("--") else None
+        if key is not None and "=" in key and key.split("=", 1)[0] in names:
+            k, v = key.split("=", 1)
+            found[k] = v
+        elif key in names:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"--{key} needs a value.")
+            found[key] = argv[i + 1]
+            i += 1
+        else:
+            rest.append(argv[i])
+        i += 1
+    return rest, found
+
+
+def _read_yaml(path: str) -> dict:
+    import yaml
+
+    with open(path) as fh:
+        return yaml.safe_load(fh) or {}
+
+
+def _cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
+    from accelerate.commands.launch import launch_command as accelerate_launch
+    from accelerate.commands.launch import launch_command_parser
+
+    try:
+        launch_args = launch_command([args.recipe, *extra])
+    except ConfigError as exc:
+        print(f"rookgrpo: error: {exc}", file=sys.stderr)
+        return 2
+    print("accelerate launch " + " ".join(launch_args), file=sys.stderr)
+    parsed = launch_command_parser().parse_args(launch_args)
+    try:
+        accelerate_launch(parsed)
+    except SystemExit as exc:  # accelerate's launchers exit with the child's status
+        return int(exc.code or 0)
+    except Exception as exc:  # the child already printed its error; report the status, not a second traceback
+        code = getattr(exc, "returncode", 1)
+        print(f"rookgrpo: training process failed ({type(exc).__name__}, status {code})", file=sys.stderr)
+        return int(code) or 1
+    return 0
+
+
+def _cmd_rewards(args: argparse.Namespace, extra: list[str]) -> int:
+    from .rewards.registry import available_rewards, get_reward
+
+    for name in available_rewards():
+        doc = (get_reward(name).__doc__ or "").strip().splitlines()
+        print(f"{name:24s} {doc[0] if doc else ''}")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace, extra: list[str]) -> int:
+    from .plot import load_log_history, plot_run, text_curve
+
+    try:
+        out = plot_run(args.run_dir, args.out)
+        print(text_curve(load_log_history(args.run_dir), args.metric))
+    except ConfigError as exc:
+        print(f"rookgrpo: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rookgrpo", description="GRPO with TRL: chess and code rewards, recipes.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser(
+        "train",
+        help="train from a recipe through `accelerate launch` (extra --field value flags override the recipe)",
+    )
+    p.add_argument("recipe", help="recipe YAML, e.g. recipes/rookworld-tiny.yaml")
+    p.set_defaults(func=_cmd_train, allow_extra=True)
+    p = sub.add_parser("rewards", help="list the registered reward functions")
+    p.set_defaults(func=_cmd_rewards, allow_extra=False)
+    p = sub.add_parser("plot", help="plot reward, KL, beta and zero-std share of a run (PNG + text curve)")
+    p.add_argument("run_dir", help="a run's output_dir (holds trainer_state.json or checkpoint-*/)")
+    p.add_argument("--out", default=None, help="PNG path (default RUN_DIR/training_curves.png)")
+    p.add_argument("--metric", default="reward", help="metric for the text curve (default: reward)")
+    p.set_defaults(func=_cmd_plot, allow_extra=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    if extra and not args.allow_extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args.func(args, extra)
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    for noisy in ("httpx", "urllib3", "filelock", "datasets", "fsspec"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

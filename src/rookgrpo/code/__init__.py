@@ -1,0 +1,1 @@
+"""Code execution: the sandbox and problem sets for code rewards."""

@@ -1,0 +1,84 @@
+"""Configuration: ``RookGRPOConfig`` (a ``GRPOConfig`` with the plugin's fields) and the recipe-level arguments.
+
+Every field carries ``metadata={"help": ...}`` so ``python -m rookgrpo --help`` documents it, as TRL's configs do.
+With every rookgrpo field at its default, ``RookGRPOConfig`` is a plain ``GRPOConfig``: same defaults, same checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig, ScriptArguments
+
+from .errors import ConfigError
+
+
+@dataclass
+class RookGRPOConfig(GRPOConfig):
+    """``GRPOConfig`` plus rookgrpo's fields. Features are off unless a field switches them on.
+
+    The checks here run before TRL's own so that common mistakes get a message that names the field and the fix.
+    """
+
+    def __post_init__(self):
+        _check_num_generations(self.num_generations)
+        super().__post_init__()
+
+
+def _check_num_generations(num_generations) -> None:
+    if num_generations is not None and int(num_generations) < 2:
+        raise ConfigError(
+            f"num_generations: got {num_generations}, but GRPO compares the completions of one prompt with each other, "
+            "so it needs at least 2 per prompt (a group of 1 always has advantage 0 and trains nothing). "
+            "Set num_generations to 2 or more (8 is a common choice), keeping generation_batch_size divisible by it."
+        )
+
+
+@dataclass
+class RookScriptArguments(ScriptArguments):
+    """Recipe keys that are not trainer settings: data, rewards, callbacks and how to launch.
+
+    ``dataset_name`` accepts a hub id, a local file (``.jsonl``/``.json``/``.csv``/``.parquet``/``.txt``), a local
+    directory (``save_to_disk`` output or data files), or a packaged short name such as ``rookgrpo/smoke-prompts``.
+    """
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset to train on: a hub id, a local data file or directory, or a packaged short name "
+            "(e.g. `rookgrpo/smoke-prompts`)."
+        },
+    )
+    dataset_prompt_column: str = field(
+        default="prompt",
+        metadata={"help": "Column holding the prompts. Renamed to `prompt` (what TRL reads) when it differs."},
+    )
+    reward_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Reward functions: registered names (see `rookgrpo rewards`), `pkg.module:function`, "
+            "`path/to/file.py:function`, or a reward-model id / directory."
+        },
+    )
+    callbacks: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Training callbacks: registered names or `pkg.module:Class`. In a recipe an entry can be a "
+            "mapping with arguments, e.g. `- {name: my_callback, arg: 1}` or `- my_callback: {arg: 1}`."
+        },
+    )
+    accelerate_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "Used by `rookgrpo train`: an accelerate config file, or a name from `recipes/accelerate/` "
+            "(`cpu-ddp`, `ddp`, `zero2`, `zero3`, `fsdp`) or from TRL's bundled configs."
+        },
+    )
+    num_processes: int | None = field(
+        default=None,
+        metadata={"help": "Used by `rookgrpo train`: number of processes for `accelerate launch`."},
+    )
+    max_train_samples: int | None = field(
+        default=None,
+        metadata={"help": "Keep only the first N training rows (quick experiments)."},
+    )

@@ -1,0 +1,93 @@
+"""``rookgrpo plot RUN_DIR``: training curves from the trainer's own log history.
+
+Reads ``trainer_state.json`` (written at the end of training and in every checkpoint) and draws reward (total and per
+component), KL, beta, the share of zero-std groups and resampling rounds over steps, whichever were logged. Also
+renders a compact text table so a terminal shows the curve without opening the PNG.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from .errors import ConfigError
+
+# (panel title, metric keys or key prefix) in display order; panels with no logged data are skipped.
+PANELS = [
+    ("reward", ["reward"], "rewards/"),
+    ("KL", ["kl"], None),
+    ("beta", ["beta"], None),
+    ("zero-std group share", ["frac_reward_zero_std", "resample/frac_zero_std_after"], None),
+    ("resample rounds", ["resample/rounds"], None),
+]
+
+
+def load_log_history(run_dir: str | Path) -> list[dict]:
+    """Training log entries of a run: ``RUN_DIR/trainer_state.json``, else the newest checkpoint's."""
+    run_dir = Path(run_dir)
+    state = run_dir / "trainer_state.json"
+    if not state.is_file():
+        checkpoints = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]))
+        if not checkpoints:
+            raise ConfigError(
+                f"plot: no trainer_state.json in {run_dir} or its checkpoint-* folders. Point it at a run's output_dir."
+            )
+        state = checkpoints[-1]
+    history = json.loads(state.read_text()).get("log_history", [])
+    return [h for h in history if "step" in h and "train_runtime" not in h]
+
+
+def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
+    steps, values = [], []
+    for h in history:
+        value = h.get(key)
+        if isinstance(value, (int, float)) and not math.isnan(value):
+            steps.append(h["step"])
+            values.append(float(value))
+    return steps, values
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the curves of ``run_dir`` to ``out`` (default ``RUN_DIR/training_curves.png``) and return its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    history = load_log_history(run_dir)
+    panels = []
+    for title, keys, prefix in PANELS:
+        names = [k for k in keys if series(history, k)[0]]
+        if prefix:
+            names += sorted({k for h in history for k in h if k.startswith(prefix) and k.endswith("/mean")})
+        if names:
+            panels.append((title, names))
+    if not panels:
+        raise ConfigError(f"plot: the log history in {run_dir} has no reward, KL or beta entries to plot.")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), sharex=True, squeeze=False)
+    for ax, (title, names) in zip(axes[:, 0], panels):
+        for name in names:
+            ax.plot(*series(history, name), marker=".", label=name)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    out = Path(out) if out else Path(run_dir) / "training_curves.png"
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def text_curve(history: list[dict], key: str = "reward", width: int = 40) -> str:
+    """A small text table of ``key`` over steps with a bar per logged step."""
+    steps, values = series(history, key)
+    if not values:
+        return f"(no '{key}' in the log history)"
+    lo, hi = min(values), max(values)
+    span = (hi - lo) or 1.0
+    lines = [f"{'step':>6}  {key:>10}"]
+    for step, value in zip(steps, values):
+        lines.append(f"{step:>6}  {value:>10.4f}  " + "#" * (1 + int((value - lo) / span * (width - 1))))
+    return "\n".join(lines)

@@ -1,0 +1,117 @@
+"""A tiny character-level GPT-2 for tests, smoke runs and the embedded default.
+
+Why character level: RookWorld text (FENs, UCI moves, evals) is a small alphabet, so a char tokenizer needs no
+training, tokenizes every string the same way in prompt and completion, and keeps the model small enough to train on
+a laptop CPU. The tokenizer is a real ``PreTrainedTokenizerFast`` (built with ``tokenizers``) and the model a real
+``GPT2LMHeadModel``, saved with ``save_pretrained`` so TRL can load both (and the reference model) from a path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import string
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+EOS_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+# Printable ASCII covers RookWorld text (both tasks) and Python source; newline and tab for code.
+CHARSET = "".join(ch for ch in string.printable if ch not in "\r\x0b\x0c")
+
+
+def build_char_tokenizer(charset: str = CHARSET):
+    """Return a ``PreTrainedTokenizerFast`` with one token per character of ``charset`` plus EOS and PAD.
+
+    Characters outside ``charset`` map to EOS's id would be lossy, so they map to a dedicated ``<unk>`` token instead.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [EOS_TOKEN, PAD_TOKEN, "<unk>"]
+    chars = list(dict.fromkeys(charset))  # keep order, drop repeats
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=EOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        unk_token="<unk>",
+        padding_side="left",
+        truncation_side="left",
+        model_max_length=1024,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+@dataclass(frozen=True)
+class TinyGPT2Spec:
+    """Size of the tiny model. The defaults give ~0.1M parameters: fast enough for multi-process CPU tests."""
+
+    n_layer: int = 2
+    n_head: int = 2
+    n_embd: int = 32
+    n_positions: int = 512
+    seed: int = 0
+
+
+def build_tiny_gpt2(out_dir: str | os.PathLike, spec: TinyGPT2Spec = TinyGPT2Spec(), charset: str = CHARSET) -> Path:
+    """Build a randomly initialised char-level GPT-2 and its tokenizer, and save both to ``out_dir``.
+
+    Deterministic for a given ``spec`` (the weights come from ``spec.seed``). Writing goes through a temporary
+    directory and an atomic rename, so concurrent callers never see a half-written model. Under an initialised
+    process group transformers writes weights only on rank 0, so distributed callers should build on the main process
+    first (:func:`rookgrpo.assets.resolve_model` does).
+    """
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, GenerationConfig
+
+    out_dir = Path(out_dir)
+    if (out_dir / "config.json").exists():
+        return out_dir
+    tokenizer = build_char_tokenizer(charset)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_layer=spec.n_layer,
+        n_head=spec.n_head,
+        n_embd=spec.n_embd,
+        n_positions=spec.n_positions,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(spec.seed)
+        model = GPT2LMHeadModel(config)
+    finally:
+        torch.random.set_rng_state(state)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp, is_main_process=True)
+        tokenizer.save_pretrained(tmp)
+        missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (tmp / f).exists()]
+        if missing:
+            raise RuntimeError(
+                f"building the tiny model wrote no {', '.join(missing)} (a non-zero distributed rank does not write "
+                "weights); build it on the main process first."
+            )
+        tmp.chmod(0o755)  # mkdtemp's 0700 would hide the model from other users (e.g. a sandbox's uid)
+        try:
+            os.rename(tmp, out_dir)
+        except OSError:  # another process won the race; its copy is identical
+            if not (out_dir / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir

@@ -1,0 +1,103 @@
+"""The training entry point behind ``python -m rookgrpo`` and ``accelerate launch -m rookgrpo``.
+
+Read top to bottom: parse the recipe, load data, build the trainer (which resolves rewards and callbacks, so name
+errors surface before the model loads), train, save, and write ``run_info.json`` next to the checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+
+def main(argv: Sequence[str]) -> int:
+    from trl import get_peft_config, get_quantization_config
+
+    from .assets import resolve_model
+    from .data import load_recipe_dataset, prepare_prompt_column
+    from .errors import ConfigError
+    from .recipe import parse_recipe
+    from .trainer import RookGRPOTrainer
+
+    script_args, training_args, model_args = parse_recipe(argv)
+    if not model_args.model_name_or_path:
+        raise ConfigError("model_name_or_path: not set. Give a hub id, a local directory, or rookgrpo/tiny-random.")
+    model_path = resolve_model(model_args.model_name_or_path)
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
+
+    train_dataset = load_recipe_dataset(
+        script_args.dataset_name,
+        script_args.dataset_config,
+        script_args.dataset_train_split,
+        streaming=script_args.dataset_streaming,
+    )
+    train_dataset = prepare_prompt_column(train_dataset, script_args.dataset_prompt_column)
+    if script_args.max_train_samples is not None:
+        train_dataset = train_dataset.select(range(min(script_args.max_train_samples, len(train_dataset))))
+    eval_dataset = None
+    if training_args.eval_strategy != "no":
+        eval_dataset = load_recipe_dataset(
+            script_args.dataset_name, script_args.dataset_config, script_args.dataset_test_split
+        )
+        eval_dataset = prepare_prompt_column(eval_dataset, script_args.dataset_prompt_column)
+
+    trainer = RookGRPOTrainer(
+        model=model_path,
+        reward_funcs=script_args.reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        callbacks=script_args.callbacks,
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.save_state()  # trainer_state.json with the log history (what `rookgrpo plot` reads)
+    if trainer.accelerator.is_main_process:
+        write_run_info(trainer, model_path, script_args)
+    trainer.accelerator.wait_for_everyone()
+    end = getattr(trainer, "end", None)  # transformers >= 5.18 tears down trackers and the process group
+    if callable(end):
+        end()
+    return 0
+
+
+def write_run_info(trainer, model_path: str, script_args) -> Path:
+    """Write ``run_info.json``: what ran (world size, versions, rewards, steps) and the last logged metrics."""
+    import torch
+    import transformers
+    import trl
+
+    from . import __version__
+
+    history = trainer.state.log_history
+    train_logs = [h for h in history if "loss" in h]
+    info = {
+        "rookgrpo_version": __version__,
+        "trl_version": trl.__version__,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "world_size": trainer.accelerator.num_processes,
+        "distributed_type": str(trainer.accelerator.distributed_type),
+        "model": model_path,
+        "dataset": script_args.dataset_name,
+        "reward_funcs": trainer.reward_func_names,
+        "global_step": trainer.state.global_step,
+        "last_log": train_logs[-1] if train_logs else None,
+    }
+    path = Path(trainer.args.output_dir) / "run_info.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info, indent=2, default=str))
+    logger.info("wrote %s", path)
+    return path

@@ -1,0 +1,73 @@
+"""``RookGRPOTrainer``: TRL's ``GRPOTrainer`` that also takes rewards and callbacks by name.
+
+The subclass stays thin on purpose. It resolves names into the objects ``GRPOTrainer`` expects, checks the inputs
+that would otherwise fail deep inside a training step, and hands everything to ``super()``. Features live in
+callbacks and reward modules. TRL's own methods are wrapped, never copied, so upgrades of TRL carry over.
+With no rookgrpo feature switched on it trains exactly as ``GRPOTrainer`` does (tested: same losses and rewards).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl import GRPOTrainer
+
+from .assets import resolve_model
+from .callbacks.registry import resolve_callbacks
+from .config import _check_num_generations
+from .errors import ConfigError
+from .rewards.registry import resolve_reward_func
+
+
+class RookGRPOTrainer(GRPOTrainer):
+    """Drop-in ``GRPOTrainer``.
+
+    Args beyond ``GRPOTrainer``'s:
+        model: as in TRL, plus packaged short names such as ``"rookgrpo/tiny-random"``.
+        reward_funcs: as in TRL, plus registered names, ``"pkg.mod:fn"`` and ``"path/file.py:fn"`` (a string that is
+            none of these and looks like a model id is passed on and loaded as a reward model, as TRL does).
+        callbacks: as in TRL, plus registered names, dotted paths and ``{"name": ..., **kwargs}`` mappings.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: Any = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        reward_processing_classes: Any = None,
+        callbacks: Any = None,
+        **kwargs: Any,
+    ):
+        if args is not None:
+            _check_num_generations(args.num_generations)
+        if isinstance(model, str):
+            model = resolve_model(model)
+        if reward_funcs is not None:
+            entries = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+            reward_funcs = [resolve_reward_func(entry) for entry in entries]
+            if not reward_funcs:
+                raise ConfigError("reward_funcs: the list is empty. Name at least one reward, e.g. reward_funcs: [uci_charset].")
+        _check_prompt_column(train_dataset, "train_dataset")
+        super().__init__(
+            model=model,
+            reward_funcs=reward_funcs,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=resolve_callbacks(callbacks),
+            **kwargs,
+        )
+
+
+def _check_prompt_column(dataset: Any, name: str) -> None:
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None and "prompt" not in columns:
+        raise ConfigError(
+            f"{name}: no 'prompt' column (columns: {', '.join(columns)}). GRPO generates from prompts: rename the "
+            "column holding them to 'prompt', or set dataset_prompt_column in the recipe."
+        )

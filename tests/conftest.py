@@ -1,0 +1,108 @@
+"""Shared fixtures: a tiny char-level GPT-2 built locally, offline settings, and helpers to run the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+# No test may touch the network: hub lookups fail fast instead of hanging.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Packaged short names build into a per-session cache, so tests never reuse a stale model."""
+    cache = tmp_path_factory.mktemp("rookgrpo-cache")
+    old = os.environ.get("ROOKGRPO_CACHE")
+    os.environ["ROOKGRPO_CACHE"] = str(cache)
+    yield cache
+    if old is None:
+        os.environ.pop("ROOKGRPO_CACHE", None)
+    else:
+        os.environ["ROOKGRPO_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from rookgrpo.tiny_model import build_tiny_gpt2
+
+    return build_tiny_gpt2(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture()
+def smoke_dataset():
+    from rookgrpo.data import load_recipe_dataset
+
+    return load_recipe_dataset("rookgrpo/smoke-prompts").select(range(32))
+
+
+def tiny_grpo_args(output_dir, **overrides):
+    """A GRPO config small enough for a CPU unit test (a few seconds per run)."""
+    from rookgrpo import RookGRPOConfig
+
+    values = dict(
+        output_dir=str(output_dir),
+        seed=7,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        learning_rate=1e-2,
+        max_steps=3,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        logging_steps=1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    values.update(overrides)
+    return RookGRPOConfig(**values)
+
+
+def write_recipe(path: Path, **overrides) -> Path:
+    """Write the smoke recipe with overrides, pointed at an output dir inside the test's tmp dir."""
+    import yaml
+
+    recipe = yaml.safe_load((REPO / "recipes" / "smoke.yaml").read_text())
+    recipe.update(max_steps=4, logging_steps=1, per_device_train_batch_size=8, num_generations=4,
+                  output_dir=str(path.parent / "out"))
+    recipe.update(overrides)
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def run_cli(args: list[str], cwd: Path = REPO, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run a command from the venv's bin (or ``python -m``) and capture its output."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(args, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def venv_bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def losses_and_rewards(log_history: list[dict]) -> list[dict]:
+    """The per-step numbers that must match between two runs (timings excluded)."""
+    keep = ("loss", "reward", "reward_std", "grad_norm", "entropy", "frac_reward_zero_std", "completions/mean_length")
+    return [
+        {k: v for k, v in h.items() if k in keep or k.startswith("rewards/")}
+        for h in log_history
+        if "loss" in h
+    ]
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

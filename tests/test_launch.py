@@ -1,0 +1,69 @@
+"""The three ways to launch, end to end in subprocesses: accelerate (two CPU ranks), `rookgrpo train`, `python -m`."""
+
+import sys
+
+import pytest
+
+from conftest import REPO, losses_and_rewards, read_json, run_cli, venv_bin, write_recipe
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_process_cpu_launch_runs_on_both_ranks(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", max_steps=3,
+                          reward_funcs=[str(REPO / "tests/assets/rank_probe.py") + ":rank_probe"])
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    proc = run_cli(
+        [venv_bin("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "-m", "rookgrpo", str(recipe),
+         "--use_cpu", "true"],
+        env={"ROOKGRPO_TEST_PROBE_DIR": str(probe)},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    info = read_json(tmp_path / "out" / "run_info.json")
+    assert info["world_size"] == 2 and "MULTI_CPU" in info["distributed_type"]
+    assert info["global_step"] == 3
+    # Both ranks scored completions, each seeing world size 2 and its own share of the batch.
+    calls = {p.name: p.read_text().split() for p in probe.iterdir()}
+    assert set(calls) == {"rank-0.txt", "rank-1.txt"}
+    assert all(words[0] == "2" for words in calls.values())
+
+
+def test_rookgrpo_train_and_python_m_agree_and_flags_override(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", max_steps=6)
+    out_a, out_b = tmp_path / "a", tmp_path / "b"
+    a = run_cli([venv_bin("rookgrpo"), "train", str(recipe), "--max_steps", "3", "--output_dir", str(out_a)])
+    assert a.returncode == 0, a.stderr[-4000:]
+    assert "accelerate launch" in a.stderr
+    b = run_cli([sys.executable, "-m", "rookgrpo", str(recipe), "--max_steps", "3", "--output_dir", str(out_b)])
+    assert b.returncode == 0, b.stderr[-4000:]
+    state_a, state_b = read_json(out_a / "trainer_state.json"), read_json(out_b / "trainer_state.json")
+    assert state_a["global_step"] == state_b["global_step"] == 3  # the flag beat the recipe's 6
+    logs_a, logs_b = losses_and_rewards(state_a["log_history"]), losses_and_rewards(state_b["log_history"])
+    assert len(logs_a) == 3 and logs_a == logs_b  # same seed, same numbers, whichever launcher
+
+
+@pytest.mark.parametrize(
+    "overrides, flags, message",
+    [
+        ({"learning_rat": 0.1}, [], "did you mean 'learning_rate'"),
+        ({"reward_funcs": ["uci_charst"]}, [], "unknown reward 'uci_charst'"),
+        ({"reward_funcs": ["rewards/missing.py:fn"]}, [], "reward file 'rewards/missing.py'"),
+        ({"num_generations": 1, "per_device_train_batch_size": 4}, [], "num_generations: got 1"),
+        ({}, ["--num_generation", "4"], "unknown command-line flag"),
+    ],
+)
+def test_bad_input_exits_2_with_one_clear_line(tmp_path, overrides, flags, message):
+    recipe = write_recipe(tmp_path / "r.yaml", **overrides)
+    proc = run_cli([sys.executable, "-m", "rookgrpo", str(recipe), *flags])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "rookgrpo: error:" in proc.stderr and message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "run_info.json").exists()  # nothing trained
+
+
+def test_rookgrpo_train_reports_recipe_errors_before_launching(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", learning_rat=0.1)
+    proc = run_cli([venv_bin("rookgrpo"), "train", str(recipe)])
+    assert proc.returncode == 2 and "did you mean 'learning_rate'" in proc.stderr
+    assert "accelerate launch" not in proc.stderr

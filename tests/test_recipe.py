@@ -1,0 +1,103 @@
+"""Recipe parsing, command-line overrides, launch-command building and the errors raised before training."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, write_recipe
+from rookgrpo import ConfigError, RookGRPOTrainer
+from rookgrpo.cli import launch_command, resolve_accelerate_config
+from rookgrpo.recipe import parse_recipe
+
+
+def test_recipe_values_load_and_flags_override_them(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", learning_rate=0.01, max_steps=4)
+    script, train, model = parse_recipe([str(recipe), "--learning_rate", "1e-6"])
+    assert train.learning_rate == 1e-6  # flag wins
+    assert train.max_steps == 4  # recipe value kept
+    assert script.reward_funcs == ["uci_charset"]
+    assert model.model_name_or_path == "rookgrpo/tiny-random"
+    # TRL's own `--config` spelling works too.
+    _, train2, _ = parse_recipe(["--config", str(recipe)])
+    assert train2.learning_rate == 0.01
+
+
+def test_unknown_recipe_key_is_named_with_a_suggestion(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", learning_rat=0.1)
+    with pytest.raises(ConfigError) as err:
+        parse_recipe([str(recipe)])
+    msg = str(err.value)
+    assert "unknown key in recipe" in msg and "'learning_rat'" in msg and "did you mean 'learning_rate'" in msg
+
+
+def test_unknown_command_line_flag_is_an_error(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml")
+    with pytest.raises(ConfigError, match="unknown command-line flag: 'max_step'"):
+        parse_recipe([str(recipe), "--max_step", "3"])
+
+
+def test_num_generations_one_is_rejected_with_the_fix(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", num_generations=1, per_device_train_batch_size=4)
+    with pytest.raises(ConfigError, match=r"num_generations: got 1.*at least 2.*Set num_generations to 2 or more"):
+        parse_recipe([str(recipe)])
+
+
+def test_missing_recipe_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        parse_recipe([str(tmp_path / "missing.yaml")])
+
+
+def test_trainer_rejects_num_generations_one_from_a_plain_config(tiny_model_dir, smoke_dataset, tmp_path):
+    from trl import GRPOConfig
+
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
+                      num_generations=2, per_device_train_batch_size=4)
+    args.num_generations = 1  # slipped past the config (e.g. mutated after construction)
+    with pytest.raises(ConfigError, match="num_generations"):
+        RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args, train_dataset=smoke_dataset)
+
+
+def test_unknown_reward_fails_before_the_model_loads(smoke_dataset, tmp_path):
+    from conftest import tiny_grpo_args
+
+    # The model path does not exist: reaching model loading would raise OSError, not ConfigError.
+    with pytest.raises(ConfigError, match="unknown reward 'not_a_reward'"):
+        RookGRPOTrainer(model=str(tmp_path / "no-model"), reward_funcs=["not_a_reward"],
+                        args=tiny_grpo_args(tmp_path), train_dataset=smoke_dataset)
+
+
+def test_missing_prompt_column_is_named(tiny_model_dir, tmp_path):
+    from datasets import Dataset
+
+    from conftest import tiny_grpo_args
+
+    ds = Dataset.from_dict({"text": ["P: 8/8 w"] * 8})
+    with pytest.raises(ConfigError, match="no 'prompt' column.*dataset_prompt_column"):
+        RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=tiny_grpo_args(tmp_path),
+                        train_dataset=ds)
+
+
+def test_launch_command_takes_accelerate_keys_from_recipe_and_flags(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    recipe = write_recipe(tmp_path / "r.yaml", accelerate_config="cpu-ddp", num_processes=2)
+    args = launch_command([str(recipe), "--max_steps", "2"])
+    assert args[:4] == ["--config_file", str(Path("recipes/accelerate/cpu-ddp.yaml")), "--num_processes", "2"]
+    assert args[4:] == ["-m", "rookgrpo", "--config", str(recipe), "--max_steps", "2"]
+    # Flags win over the recipe and are consumed, not forwarded to training.
+    args = launch_command([str(recipe), "--num_processes", "1", "--accelerate_config=ddp"])
+    assert "--num_processes" in args and args[args.index("--num_processes") + 1] == "1"
+    assert args[1].endswith("ddp.yaml") and "--accelerate_config=ddp" not in args
+
+
+def test_accelerate_config_names_resolve_to_files(monkeypatch):
+    monkeypatch.chdir(REPO)
+    for name in ("cpu-ddp", "ddp", "zero2", "zero3", "fsdp"):
+        path = resolve_accelerate_config(name)
+        config = yaml.safe_load(path.read_text())
+        assert "distributed_type" in config
+        first_line = path.read_text().splitlines()[0]
+        assert first_line.startswith(f"# {name}:"), f"{name} lacks its one-line 'when to use' comment"
+    assert resolve_accelerate_config("zero1").name == "zero1.yaml"  # TRL's bundled configs by name
+    with pytest.raises(ConfigError, match="neither a file nor a known config name"):
+        resolve_accelerate_config("zero9")

@@ -1,0 +1,101 @@
+"""Reward registry and resolver: every documented form resolves, and every bad entry is a clear ConfigError."""
+
+from pathlib import Path
+
+import pytest
+
+from rookgrpo import ConfigError
+from rookgrpo.callbacks import register_callback, resolve_callbacks
+from rookgrpo.rewards import available_rewards, get_reward, register_reward, resolve_reward_func
+from rookgrpo.rewards.basic import uci_charset
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_registered_name_resolves_to_the_function():
+    assert "uci_charset" in available_rewards()
+    assert resolve_reward_func("uci_charset") is uci_charset
+    assert get_reward("uci_charset") is uci_charset
+
+
+def test_dotted_paths_resolve_in_both_notations():
+    assert resolve_reward_func("rookgrpo.rewards.basic:uci_charset") is uci_charset
+    assert resolve_reward_func("rookgrpo.rewards.basic.uci_charset") is uci_charset
+
+
+def test_file_path_resolves_relative_to_cwd(monkeypatch):
+    monkeypatch.chdir(REPO)
+    fn = resolve_reward_func("rewards/example_reward.py:prompt_charset")
+    assert fn(prompts=["abc", "abc"], completions=["aab", "xyz"]) == [1.0, 0.0]
+    # The same file resolves to the same module (one import, picklable functions).
+    assert resolve_reward_func(str(REPO / "rewards/example_reward.py") + ":prompt_charset") is fn
+
+
+def test_callables_and_model_ids_pass_through(tmp_path):
+    def mine(completions, **kw):
+        return [0.0] * len(completions)
+
+    assert resolve_reward_func(mine) is mine
+    assert resolve_reward_func("some-org/some-reward-model") == "some-org/some-reward-model"
+    assert resolve_reward_func(str(tmp_path)) == str(tmp_path)  # a local reward-model directory
+
+
+def test_unknown_name_suggests_the_close_registered_one():
+    with pytest.raises(ConfigError) as err:
+        resolve_reward_func("uci_charst")
+    msg = str(err.value)
+    assert "unknown reward 'uci_charst'" in msg and "Did you mean 'uci_charset'" in msg
+    assert "path/to/file.py:function" in msg
+
+
+def test_missing_reward_file_names_the_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"reward file 'rewards/nope.py' .*does not exist .*nope.py"):
+        resolve_reward_func("rewards/nope.py:fn")
+
+
+def test_missing_function_in_file_lists_what_is_there(monkeypatch):
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ConfigError, match=r"no callable 'nope'.*prompt_charset"):
+        resolve_reward_func("rewards/example_reward.py:nope")
+
+
+def test_missing_module_is_a_config_error():
+    with pytest.raises(ConfigError, match="cannot import module 'no_such_pkg.rewards'"):
+        resolve_reward_func("no_such_pkg.rewards:fn")
+
+
+def test_file_without_function_says_how_to_write_it():
+    with pytest.raises(ConfigError, match="rewards/x.py:function_name"):
+        resolve_reward_func("rewards/x.py")
+
+
+def test_register_reward_rejects_a_second_function_under_the_same_name():
+    @register_reward("_test_unique_name")
+    def first(completions, **kw):
+        return [1.0] * len(completions)
+
+    with pytest.raises(ValueError, match="already registered"):
+
+        @register_reward("_test_unique_name")
+        def second(completions, **kw):
+            return [0.0] * len(completions)
+
+
+def test_callbacks_resolve_by_name_path_and_mapping_with_arguments():
+    from transformers import TrainerCallback
+
+    @register_callback("_test_cb")
+    class Counter(TrainerCallback):
+        def __init__(self, every: int = 1):
+            self.every = every
+
+    made = resolve_callbacks(["_test_cb", {"name": "_test_cb", "every": 3}, {"_test_cb": {"every": 5}},
+                              '{"name": "_test_cb", "every": 7}',
+                              "transformers.trainer_callback:PrinterCallback"])
+    assert [getattr(c, "every", None) for c in made] == [1, 3, 5, 7, None]
+    assert type(made[-1]).__name__ == "PrinterCallback"
+    with pytest.raises(ConfigError, match="bad arguments for '_test_cb'"):
+        resolve_callbacks([{"name": "_test_cb", "evrey": 3}])
+    with pytest.raises(ConfigError, match="unknown callback '_tst_cb'.*Did you mean '_test_cb'"):
+        resolve_callbacks(["_tst_cb"])
