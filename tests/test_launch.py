@@ -32,10 +32,13 @@ def test_two_process_cpu_launch_runs_on_both_ranks(tmp_path):
 def test_rookgrpo_train_and_python_m_agree_and_flags_override(tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", max_steps=6)
     out_a, out_b = tmp_path / "a", tmp_path / "b"
-    a = run_cli([venv_bin("rookgrpo"), "train", str(recipe), "--max_steps", "3", "--output_dir", str(out_a)])
+    # accelerate launch picks its own OMP thread count; pin it so both runs reduce floats in the same order.
+    threads = {"OMP_NUM_THREADS": "1"}
+    a = run_cli([venv_bin("rookgrpo"), "train", str(recipe), "--max_steps", "3", "--output_dir", str(out_a)], env=threads)
     assert a.returncode == 0, a.stderr[-4000:]
     assert "accelerate launch" in a.stderr
-    b = run_cli([sys.executable, "-m", "rookgrpo", str(recipe), "--max_steps", "3", "--output_dir", str(out_b)])
+    b = run_cli([sys.executable, "-m", "rookgrpo", str(recipe), "--max_steps", "3", "--output_dir", str(out_b)],
+                env=threads)
     assert b.returncode == 0, b.stderr[-4000:]
     state_a, state_b = read_json(out_a / "trainer_state.json"), read_json(out_b / "trainer_state.json")
     assert state_a["global_step"] == state_b["global_step"] == 3  # the flag beat the recipe's 6
