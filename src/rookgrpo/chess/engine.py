@@ -21,9 +21,10 @@ import queue
 import shutil
 import signal
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import chess
@@ -35,6 +36,11 @@ logger = logging.getLogger(__name__)
 
 MATE_SCORE = 100_000  # centipawns; mate in n scores ±(100000 - n), i.e. ±999.xx pawns as in RookWorld data
 DEFAULT_PATHS = ("stockfish", "/usr/games/stockfish", "/usr/local/bin/stockfish", "/opt/homebrew/bin/stockfish")
+
+
+# How a crashed or killed engine shows up through python-chess, depending on when it dies: EOF on its pipe
+# (terminated), a protocol error, a cancelled pending command, a timeout, or a broken pipe on write.
+_ENGINE_FAULTS = (chess.engine.EngineTerminatedError, chess.engine.EngineError, CancelledError, TimeoutError, OSError)
 
 
 class EngineNotFoundError(ConfigError):
@@ -173,6 +179,7 @@ class EnginePool:
         self._cache_lock = threading.Lock()
         self.stats = PoolStats()
         self._closed = False
+        _ALL_POOLS.add(self)
 
     # -- public API ------------------------------------------------------------------------------------------
 
@@ -210,6 +217,7 @@ class EnginePool:
         return scores
 
     def close(self) -> None:
+        """Quit the engines. Every pool still open is closed at interpreter exit (see :func:`close_all_pools`)."""
         if self._closed:
             return
         self._closed = True
@@ -256,7 +264,7 @@ class EnginePool:
                 try:
                     self.stats.add(engine_calls=1)
                     return run(slot.engine, key)
-                except (chess.engine.EngineTerminatedError, chess.engine.EngineError, TimeoutError) as exc:
+                except _ENGINE_FAULTS as exc:
                     hung = not timer.is_alive()
                     logger.warning(
                         "Stockfish worker %d %s on %s (%s); restarting it and retrying (attempt %d of %d)",
@@ -299,6 +307,7 @@ def _is_legal(fen: str, move: str) -> bool:
 
 
 _POOLS: dict[EngineSettings, EnginePool] = {}
+_ALL_POOLS: weakref.WeakSet = weakref.WeakSet()
 _POOLS_LOCK = threading.Lock()
 
 
@@ -311,12 +320,22 @@ def get_pool(settings: EngineSettings = EngineSettings()) -> EnginePool:
         return pool
 
 
-@atexit.register
 def close_all_pools() -> None:
+    """Quit every engine. Runs at interpreter exit (see below) and may be called by hand."""
     with _POOLS_LOCK:
-        for pool in _POOLS.values():
+        for pool in list(_ALL_POOLS):
             pool.close()
         _POOLS.clear()
+
+
+# python-chess runs each SimpleEngine on a non-daemon thread. The interpreter joins non-daemon threads *before*
+# running `atexit` handlers, so an `atexit` close would never run and a process with an open pool would hang at exit.
+# `threading._register_atexit` (what concurrent.futures uses) runs before that join.
+_register = getattr(threading, "_register_atexit", None)
+if _register is not None:
+    _register(close_all_pools)
+else:  # pragma: no cover - CPython < 3.9
+    atexit.register(close_all_pools)
 
 
 def cp_to_pawns(cp: int) -> float:

@@ -264,8 +264,8 @@ def env_step(fen: str, move: str, history: str = "") -> EnvLine:
     FENs are ``Board.fen()`` (en-passant square only when a capture is legal). ``history`` is kept as given; use
     :func:`update_history` to build it.
 
-    >>> env_step("7k/8/6K1/8/8/8/8/Q7 w - - 0 1", "a1a8").completion()
-    'Q6k/8/6K1/8/8/8/8/8 b - - 1 1+1.0+1+0'
+    >>> env_step("7k/8/6K1/8/8/8/8/1Q6 w - - 0 1", "b1b8").completion()
+    '1Q5k/8/6K1/8/8/8/8/8 b - - 1 1+1.0+1+0'
     """
     board = chess.Board(fen)
     line = EnvLine(fen=fen, move=move, history=history)

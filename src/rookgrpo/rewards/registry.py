@@ -163,4 +163,5 @@ def _load_builtin_rewards() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    importlib.import_module("rookgrpo.rewards.basic")
+    for module in ("rookgrpo.rewards.basic", "rookgrpo.rewards.chess"):
+        importlib.import_module(module)
