@@ -106,3 +106,19 @@ def losses_and_rewards(log_history: list[dict]) -> list[dict]:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+@pytest.fixture(scope="session")
+def engine_settings():
+    """Low-depth Stockfish: real engine, fast enough for the suite."""
+    from rookgrpo.chess.engine import EngineSettings
+
+    return EngineSettings(depth=6, workers=2)
+
+
+@pytest.fixture(scope="session")
+def generated_lines(engine_settings):
+    """A small mixed P:/A: RookWorld sample from the project's own generator (deterministic)."""
+    from rookgrpo.chess.data import generate
+
+    return generate(120, seed=11, settings=engine_settings, progress=False)

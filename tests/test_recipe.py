@@ -101,3 +101,14 @@ def test_accelerate_config_names_resolve_to_files(monkeypatch):
     assert resolve_accelerate_config("zero1").name == "zero1.yaml"  # TRL's bundled configs by name
     with pytest.raises(ConfigError, match="neither a file nor a known config name"):
         resolve_accelerate_config("zero9")
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (REPO / "recipes").glob("*.yaml")))
+def test_every_shipped_recipe_parses(recipe, monkeypatch):
+    monkeypatch.chdir(REPO)
+    script, train, model = parse_recipe([f"recipes/{recipe}", "--use_cpu", "true", "--bf16", "false"])
+    assert model.model_name_or_path and script.dataset_name and script.reward_funcs
+    from rookgrpo.rewards import resolve_reward_func
+
+    for entry in script.reward_funcs:
+        assert callable(resolve_reward_func(entry))

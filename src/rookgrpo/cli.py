@@ -1,4 +1,4 @@
-"""``rookgrpo`` command line: ``train`` (wraps ``accelerate launch``), ``rewards`` (list them), ``plot`` (curves).
+"""``rookgrpo`` command line: ``train`` (wraps ``accelerate launch``), ``rewards``, ``data generate``, ``evaluate``, ``plot``.
 
 Errors a user can fix (:class:`~rookgrpo.errors.ConfigError`) print one clear line and exit with status 2, with no
 traceback; anything else is a bug and keeps its traceback.
@@ -149,6 +149,41 @@ def _cmd_plot(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _engine_settings(args: argparse.Namespace):
+    from .chess.engine import EngineSettings
+
+    return EngineSettings(path=args.stockfish_path, depth=args.depth, nodes=args.nodes, workers=args.workers)
+
+
+def _add_engine_args(p: argparse.ArgumentParser, depth: int = 10) -> None:
+    p.add_argument("--stockfish-path", default=None, help="Stockfish binary (default: found on PATH)")
+    p.add_argument("--depth", type=int, default=depth, help=f"search depth (default {depth})")
+    p.add_argument("--nodes", type=int, default=None, help="node limit per analysis (instead of/with depth)")
+    p.add_argument("--workers", type=int, default=None, help="Stockfish processes (default min(cores, 4))")
+
+
+def _cmd_data_generate(args: argparse.Namespace, extra: list[str]) -> int:
+    from .chess.data import generate, write_lines
+
+    lines = generate(args.n, tasks=args.tasks.split(","), seed=args.seed, settings=_engine_settings(args),
+                     layout=args.layout, a_share=args.a_share)
+    write_lines(lines, args.out)
+    print(f"wrote {len(lines)} lines to {args.out}")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
+    from .evaluate import evaluate, format_table, write_json
+
+    metrics = evaluate(args.model, args.data, n=args.n, batch_size=args.batch_size,
+                       max_new_tokens=args.max_new_tokens, settings=_engine_settings(args))
+    print(format_table(metrics))
+    out = args.out or str(Path(args.model if Path(args.model).is_dir() else ".") / "eval.json")
+    write_json(metrics, out)
+    print(f"wrote {out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rookgrpo", description="GRPO with TRL: chess and code rewards, recipes.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -160,6 +195,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_train, allow_extra=True)
     p = sub.add_parser("rewards", help="list the registered reward functions")
     p.set_defaults(func=_cmd_rewards, allow_extra=False)
+    p = sub.add_parser("data", help="RookWorld data tools")
+    data_sub = p.add_subparsers(dest="data_command", required=True)
+    g = data_sub.add_parser("generate", help="generate RookWorld P:/A: lines with python-chess + Stockfish")
+    g.add_argument("--tasks", default="P,A", help="P, A or P,A (default)")
+    g.add_argument("--n", type=int, required=True, help="number of lines")
+    g.add_argument("--out", required=True, help="output .txt (RookWorld lines) or .jsonl ({text: ...})")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--layout", choices=["padded", "compact"], default="padded")
+    g.add_argument("--a-share", type=float, default=0.27, help="share of A: rows when both tasks (default 0.27)")
+    _add_engine_args(g)
+    g.set_defaults(func=_cmd_data_generate, allow_extra=False)
+    p = sub.add_parser("evaluate", help="greedy completions on RookWorld prompts, scored with Stockfish")
+    p.add_argument("--model", required=True, help="model path, hub id or rookgrpo/<name>")
+    p.add_argument("--data", required=True, help="RookWorld data: .txt/.jsonl/.parquet file, directory or hub id")
+    p.add_argument("--n", type=int, default=None, help="evaluate only the first N rows")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: 1.25 x longest reference completion")
+    p.add_argument("--out", default=None, help="JSON output (default MODEL/eval.json or ./eval.json)")
+    _add_engine_args(p)
+    p.set_defaults(func=_cmd_evaluate, allow_extra=False)
     p = sub.add_parser("plot", help="plot reward, KL, beta and zero-std share of a run (PNG + text curve)")
     p.add_argument("run_dir", help="a run's output_dir (holds trainer_state.json or checkpoint-*/)")
     p.add_argument("--out", default=None, help="PNG path (default RUN_DIR/training_curves.png)")

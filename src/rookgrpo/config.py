@@ -20,6 +20,26 @@ class RookGRPOConfig(GRPOConfig):
     The checks here run before TRL's own so that common mistakes get a message that names the field and the fix.
     """
 
+    stockfish_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Stockfish binary for the chess rewards. Default: $ROOKGRPO_STOCKFISH, `stockfish` on PATH, then "
+            "/usr/games/stockfish. A missing binary is an error at trainer start."
+        },
+    )
+    stockfish_depth: int | None = field(
+        default=10,
+        metadata={"help": "Search depth per analysis (deterministic with the hash cleared per request)."},
+    )
+    stockfish_nodes: int | None = field(
+        default=None,
+        metadata={"help": "Node limit per analysis, instead of or with stockfish_depth (also deterministic)."},
+    )
+    stockfish_workers: int | None = field(
+        default=None,
+        metadata={"help": "Stockfish processes per training process. Default: min(CPU cores, 4)."},
+    )
+
     def __post_init__(self):
         _check_num_generations(self.num_generations)
         super().__post_init__()
@@ -52,6 +72,19 @@ class RookScriptArguments(ScriptArguments):
     dataset_prompt_column: str = field(
         default="prompt",
         metadata={"help": "Column holding the prompts. Renamed to `prompt` (what TRL reads) when it differs."},
+    )
+    dataset_format: str = field(
+        default="auto",
+        metadata={
+            "help": "`prompt`: rows already have a prompt column. `rookworld`: a `text` column of RookWorld P:/A: lines, "
+            "split into prompt/completion/task/fen (hub A: rows get their `A: ` prefix). `auto`: rookworld when "
+            "there is a `text` column and no prompt column.",
+            "choices": ["auto", "prompt", "rookworld"],
+        },
+    )
+    dataset_tasks: list[str] | None = field(
+        default=None,
+        metadata={"help": "RookWorld tasks to keep, e.g. `[P]` for the policy task only. Default: all."},
     )
     reward_funcs: list[str] | None = field(
         default=None,

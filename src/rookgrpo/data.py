@@ -71,3 +71,18 @@ def prepare_prompt_column(dataset: Any, prompt_column: str) -> Any:
     if "prompt" in columns:
         dataset = dataset.remove_columns("prompt")
     return dataset.rename_column(prompt_column, "prompt")
+
+
+def prepare_dataset(dataset: Any, script_args: Any) -> Any:
+    """Apply the recipe's ``dataset_format``: RookWorld lines become prompt/completion rows; else rename the prompt."""
+    fmt = script_args.dataset_format
+    columns = dataset.column_names or []
+    if fmt == "auto":
+        fmt = "rookworld" if "text" in columns and script_args.dataset_prompt_column not in columns else "prompt"
+    if fmt == "rookworld":
+        from .chess.data import prepare_rookworld
+
+        return prepare_rookworld(dataset, script_args.dataset_tasks)
+    if fmt != "prompt":
+        raise ConfigError(f"dataset_format: expected auto, prompt or rookworld, got {fmt!r}.")
+    return prepare_prompt_column(dataset, script_args.dataset_prompt_column)

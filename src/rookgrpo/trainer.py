@@ -47,7 +47,7 @@ class RookGRPOTrainer(GRPOTrainer):
             model = resolve_model(model)
         if reward_funcs is not None:
             entries = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
-            reward_funcs = [resolve_reward_func(entry) for entry in entries]
+            reward_funcs = [_setup_reward(resolve_reward_func(entry), args) for entry in entries]
             if not reward_funcs:
                 raise ConfigError("reward_funcs: the list is empty. Name at least one reward, e.g. reward_funcs: [uci_charset].")
         _check_prompt_column(train_dataset, "train_dataset")
@@ -62,6 +62,17 @@ class RookGRPOTrainer(GRPOTrainer):
             callbacks=resolve_callbacks(callbacks),
             **kwargs,
         )
+
+
+def _setup_reward(reward: Any, args: Any) -> Any:
+    """Let a reward configure itself from the trainer config and fail early (e.g. Stockfish missing).
+
+    A reward object with a ``setup(args)`` method returns the configured reward to use; others pass unchanged.
+    """
+    setup = getattr(reward, "setup", None)
+    if callable(setup) and not isinstance(reward, type):
+        return setup(args)
+    return reward
 
 
 def _check_prompt_column(dataset: Any, name: str) -> None:

@@ -1,0 +1,137 @@
+"""``rookgrpo evaluate``: greedy completions of a model on RookWorld prompts, scored with the training rewards.
+
+Metrics (``P:`` rows): best-move accuracy (B: equals the engine's best), top-5 accuracy (B: among the engine's top 5),
+legal-move rate (B: legal), format rate (all of M:, E:, B: well-formed), mean best-move reward. ``A:`` rows: exact
+next-state accuracy and mean environment reward. Each metric comes with its standard error over positions, so a
+before/after difference can be told from noise. The same reward code scores training, so the numbers agree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .chess.engine import EngineSettings, get_pool
+from .chess.formats import parse_policy
+from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat, _board, _legal
+
+
+def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 32,
+                         progress: bool = True) -> list[str]:
+    """Greedy completions for ``prompts`` (left-padded batches, stop at EOS)."""
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .assets import resolve_model
+
+    path = resolve_model(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.eval()
+    out: list[str] = []
+    bar = tqdm(total=len(prompts), desc="generating", disable=not progress, unit="prompt")
+    for start in range(0, len(prompts), batch_size):
+        batch = list(prompts[start: start + batch_size])
+        enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.inference_mode():
+            ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        bar.update(len(batch))
+    bar.close()
+    return out
+
+
+def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan")
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(var / n)
+
+
+def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[str],
+          settings: EngineSettings = EngineSettings()) -> dict[str, Any]:
+    """Compute the evaluation metrics for given completions (no model needed)."""
+    p_idx = [i for i, t in enumerate(tasks) if t == "P"]
+    a_idx = [i for i, t in enumerate(tasks) if t == "A"]
+    metrics: dict[str, Any] = {"n_policy": len(p_idx), "n_env": len(a_idx)}
+    per_metric: dict[str, list[float]] = {}
+    if p_idx:
+        pp = [prompts[i] for i in p_idx]
+        pc = [completions[i] for i in p_idx]
+        fens = [parse_policy(p + " M:").fen for p in pp]
+        bests = [parse_policy(" " + c.split("\n", 1)[0]).best for c in pc]
+        analyses = get_pool(settings).analyse_many(fens)
+        legal = [float(_legal(_board(f), b)) for f, b in zip(fens, bests)]
+        per_metric["best_move_accuracy"] = [float(b == a.best and bool(b)) for b, a in zip(bests, analyses)]
+        per_metric["top5_accuracy"] = [float(bool(b) and b in a.moves) for b, a in zip(bests, analyses)]
+        per_metric["legal_move_rate"] = legal
+        per_metric["format_rate"] = [float(x == 1.0) for x in ChessFormat()(pp, pc)]
+        per_metric["best_move_reward"] = [float(x) for x in ChessBestMove(settings)(pp, pc)]
+    if a_idx:
+        env = ChessEnv()([prompts[i] for i in a_idx], [completions[i] for i in a_idx])
+        per_metric["env_exact_accuracy"] = [float(x == 1.0) for x in env]
+        per_metric["env_reward"] = [float(x) for x in env]
+    for name, values in per_metric.items():
+        mean, se = _mean_se(values)
+        metrics[name] = mean
+        metrics[f"{name}_se"] = se
+    return metrics
+
+
+def evaluate(model: str, data: str, n: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
+             settings: EngineSettings = EngineSettings(), progress: bool = True) -> dict[str, Any]:
+    """Generate greedy completions for the RookWorld prompts in ``data`` and score them."""
+    from transformers import AutoTokenizer
+
+    from .assets import resolve_model
+    from .chess.data import load_rookworld
+
+    rows = load_rookworld(data)
+    if n is not None:
+        rows = rows.select(range(min(n, len(rows))))
+    if max_new_tokens is None:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+        longest = max(len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in rows["completion"])
+        max_new_tokens = int(longest * 1.25) + 4
+    completions = generate_completions(model, rows["prompt"], max_new_tokens, batch_size, progress)
+    metrics = score(rows["prompt"], completions, rows["task"], settings)
+    metrics.update(model=model, data=str(data), max_new_tokens=max_new_tokens, engine_depth=settings.depth,
+                   engine_nodes=settings.nodes)
+    metrics["samples"] = [
+        {"prompt": p, "completion": c} for p, c in list(zip(rows["prompt"], completions))[:5]
+    ]
+    return metrics
+
+
+METRIC_ROWS = [
+    ("best_move_accuracy", "best-move accuracy (B: = engine best)"),
+    ("top5_accuracy", "top-5 accuracy (B: in engine top 5)"),
+    ("legal_move_rate", "legal-move rate (B: legal)"),
+    ("format_rate", "format rate (M:, E:, B: well-formed)"),
+    ("best_move_reward", "mean best-move reward"),
+    ("env_exact_accuracy", "A: next-state exact accuracy"),
+    ("env_reward", "A: mean environment reward"),
+]
+
+
+def format_table(metrics: dict[str, Any]) -> str:
+    lines = [f"{'metric':44s} {'value':>8s} {'± se':>8s}", "-" * 62]
+    for key, label in METRIC_ROWS:
+        if key in metrics:
+            lines.append(f"{label:44s} {metrics[key]:8.3f} {metrics[key + '_se']:8.3f}")
+    lines.append(f"(P: rows {metrics['n_policy']}, A: rows {metrics['n_env']})")
+    return "\n".join(lines)
+
+
+def write_json(metrics: dict[str, Any], path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(metrics, indent=2))

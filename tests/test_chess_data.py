@@ -1,0 +1,124 @@
+"""RookWorld data: loading the hub layout from local files, generation, evaluation metrics, and the CLI."""
+
+import json
+import sys
+from collections import Counter
+
+import chess
+import pytest
+
+from conftest import SHARED_DATA, run_cli, venv_bin
+from rookgrpo.chess.data import classify_move, generate, load_rookworld, rookworld_row
+from rookgrpo.chess.engine import EngineSettings, get_pool
+from rookgrpo.chess.formats import parse_env, parse_policy
+from rookgrpo.evaluate import score
+
+
+def test_hub_layout_loads_from_local_files_and_gets_the_a_prefix(tmp_path, generated_lines):
+    from datasets import Dataset
+
+    # Hub rows: one `text` column; A: rows without their prefix.
+    hub_text = [l[3:] if l.startswith("A: ") else l for l in generated_lines]
+    Dataset.from_dict({"text": hub_text}).to_parquet(str(tmp_path / "train.parquet"))
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in hub_text))
+    (tmp_path / "train.txt").write_text("\n".join(hub_text) + "\n")
+    for name in ("train.parquet", "train.jsonl", "train.txt"):
+        ds = load_rookworld(str(tmp_path / name))
+        assert ds["text"] == generated_lines
+        assert set(ds["task"]) == {"P", "A"}
+        for row in ds:
+            assert row["prompt"] + row["completion"] == row["text"]
+            assert chess.Board(row["fen"]).is_valid()
+    assert load_rookworld(str(tmp_path / "train.txt"), tasks=["A"])["task"] == ["A"] * sum(
+        l.startswith("A:") for l in generated_lines)
+
+
+def test_validation_file_loads_as_policy_rows():
+    path = SHARED_DATA / "rook_val_500.txt"
+    if not path.exists():
+        pytest.skip("shared RookWorld validation file not present")
+    ds = load_rookworld(str(path))
+    assert len(ds) == 500 and set(ds["task"]) == {"P"}
+    assert all(c.startswith(" M: ") for c in ds["completion"])
+
+
+def test_generation_is_deterministic_labels_engine_best_and_covers_special_cases(generated_lines, engine_settings):
+    again = generate(120, seed=11, settings=EngineSettings(depth=6, workers=1), progress=False)
+    assert again == generated_lines  # same seed, different worker count
+    assert generate(20, seed=12, settings=engine_settings, progress=False) != generated_lines[:20]
+    p_lines = [l for l in generated_lines if l.startswith("P:")]
+    a_lines = [l for l in generated_lines if l.startswith("A:")]
+    assert 0.2 < len(a_lines) / len(generated_lines) < 0.35
+    assert len({parse_policy(l).fen for l in p_lines}) == len(p_lines)  # distinct positions
+    pool = get_pool(engine_settings)
+    for line in p_lines[:20]:
+        parsed = parse_policy(line)
+        assert parsed.ok and parsed.best == pool.analyse(parsed.fen).best  # the engine's best, for both colours
+        assert sorted(parsed.moves) == sorted(pool.analyse(parsed.fen).moves)
+    kinds = Counter()
+    for line in a_lines:
+        env = parse_env(line)
+        board = chess.Board(env.fen)
+        move = chess.Move.from_uci(env.move)
+        kinds["illegal" if move not in board.legal_moves else classify_move(board, move)] += 1
+        assert env.history.split()[-1] == env.move and len(env.history.split()) <= 10
+    assert set(kinds) == {"move", "illegal", "castling", "en_passant", "promotion", "checkmate", "stalemate"}
+    # Whole-file sanity: both colours to move among the policy rows.
+    assert {parse_policy(l).fen.split()[1] for l in p_lines} == {"w", "b"}
+
+
+def test_evaluation_metrics_on_reference_and_broken_completions(generated_lines, engine_settings):
+    rows = [rookworld_row(l) for l in generated_lines]
+    prompts, tasks = [r["prompt"] for r in rows], [r["task"] for r in rows]
+    perfect = score(prompts, [r["completion"] for r in rows], tasks, engine_settings)
+    for key in ("best_move_accuracy", "top5_accuracy", "legal_move_rate", "format_rate", "best_move_reward",
+                "env_exact_accuracy", "env_reward"):
+        assert perfect[key] == pytest.approx(1.0), key
+    broken = score(prompts, ["junk"] * len(rows), tasks, engine_settings)
+    assert broken["best_move_accuracy"] == broken["format_rate"] == broken["env_exact_accuracy"] == 0.0
+    assert perfect["n_policy"] + perfect["n_env"] == len(rows)
+
+
+def test_cli_generate_and_evaluate_end_to_end(tmp_path):
+    out = tmp_path / "gen.txt"
+    gen = run_cli([venv_bin("rookgrpo"), "data", "generate", "--tasks", "P,A", "--n", "24", "--out", str(out),
+                   "--depth", "5", "--workers", "2", "--seed", "3"])
+    assert gen.returncode == 0, gen.stderr[-3000:]
+    lines = out.read_text().splitlines()
+    assert len(lines) == 24 and all(rookworld_row(l) for l in lines)
+    result = tmp_path / "eval.json"
+    ev = run_cli([venv_bin("rookgrpo"), "evaluate", "--model", "rookgrpo/tiny-random", "--data", str(out),
+                  "--depth", "5", "--out", str(result)])
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    assert "best-move accuracy" in ev.stdout
+    metrics = json.loads(result.read_text())
+    assert metrics["n_policy"] + metrics["n_env"] == 24
+    assert 0.0 <= metrics["legal_move_rate"] <= 1.0 and "best_move_accuracy_se" in metrics
+
+
+def test_evaluate_runs_on_a_gpt2_bpe_model_with_rookworld_layout(tmp_path, engine_settings):
+    """RookWorld-LM-124M's shape (GPT-2, byte-level BPE, padded P: lines), built locally at toy size."""
+    path = SHARED_DATA / "rook_val_500.txt"
+    if not path.exists():
+        pytest.skip("shared RookWorld validation file not present")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    from rookgrpo.evaluate import evaluate
+
+    lines = path.read_text().splitlines()
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=800, special_tokens=["<|endoftext|>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                        show_progress=False))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_layer=1, n_head=2, n_embd=32, n_positions=256,
+                                       eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id))
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    metrics = evaluate(str(tmp_path / "m"), str(path), n=8, settings=engine_settings, progress=False)
+    assert metrics["n_policy"] == 8 and metrics["n_env"] == 0
+    assert 0 < metrics["max_new_tokens"] < 120  # BPE: far fewer tokens than characters
+    assert 0.0 <= metrics["best_move_reward"] <= 1.0
