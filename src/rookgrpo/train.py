@@ -18,7 +18,7 @@ def main(argv: Sequence[str]) -> int:
     from trl import get_peft_config, get_quantization_config
 
     from .assets import resolve_model
-    from .data import load_recipe_dataset, prepare_prompt_column
+    from .data import load_recipe_dataset, prepare_dataset
     from .errors import ConfigError
     from .recipe import parse_recipe
     from .trainer import RookGRPOTrainer
@@ -41,7 +41,7 @@ def main(argv: Sequence[str]) -> int:
         script_args.dataset_train_split,
         streaming=script_args.dataset_streaming,
     )
-    train_dataset = prepare_prompt_column(train_dataset, script_args.dataset_prompt_column)
+    train_dataset = prepare_dataset(train_dataset, script_args)
     if script_args.max_train_samples is not None:
         train_dataset = train_dataset.select(range(min(script_args.max_train_samples, len(train_dataset))))
     eval_dataset = None
@@ -49,7 +49,7 @@ def main(argv: Sequence[str]) -> int:
         eval_dataset = load_recipe_dataset(
             script_args.dataset_name, script_args.dataset_config, script_args.dataset_test_split
         )
-        eval_dataset = prepare_prompt_column(eval_dataset, script_args.dataset_prompt_column)
+        eval_dataset = prepare_dataset(eval_dataset, script_args)
 
     trainer = RookGRPOTrainer(
         model=model_path,
@@ -66,11 +66,27 @@ def main(argv: Sequence[str]) -> int:
     trainer.save_state()  # trainer_state.json with the log history (what `rookgrpo plot` reads)
     if trainer.accelerator.is_main_process:
         write_run_info(trainer, model_path, script_args)
-    trainer.accelerator.wait_for_everyone()
-    end = getattr(trainer, "end", None)  # transformers >= 5.18 tears down trackers and the process group
-    if callable(end):
-        end()
+    shutdown(trainer)
     return 0
+
+
+def shutdown(trainer) -> None:
+    """Release the trainer, then end trackers and the process group, in an order that cannot hang.
+
+    Destroying the process group first (as ``trainer.end()`` alone does) leaves DDP's Reducer holding the last
+    reference to the gloo group; freeing it afterwards, while the peer rank is already gone, can block forever in
+    the group's destructor. So every rank drops its model references behind a barrier while the group is alive.
+    """
+    import gc
+
+    accelerator = trainer.accelerator
+    accelerator.wait_for_everyone()
+    accelerator.free_memory()  # drops accelerate's references to the prepared (DDP-wrapped) model and optimizer
+    trainer.model = trainer.model_wrapped = trainer.optimizer = trainer.lr_scheduler = None
+    del trainer
+    gc.collect()
+    accelerator.wait_for_everyone()
+    accelerator.end_training()  # trackers, then the process group
 
 
 def write_run_info(trainer, model_path: str, script_args) -> Path:
