@@ -18,8 +18,11 @@ HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs" / "benchmarks.md"
 RESULTS = HERE / "results"
 
-# Benchmark scripts, in report order. Each exposes main(argv) -> {"title", "table" (markdown), ...}.
-BENCHMARKS: list[str] = []
+# (result name, script, arguments), in report order. Each script exposes main(argv) -> {"title", "table", ...}.
+BENCHMARKS: list[tuple[str, str, list[str]]] = [
+    ("chess_rewards_model_like", "bench_chess_rewards", ["--mix", "model-like"]),
+    ("chess_rewards_random", "bench_chess_rewards", ["--mix", "random"]),
+]
 
 
 def _load(name: str):
@@ -34,11 +37,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     args = ap.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
-    for name in BENCHMARKS:
+    for name, script, script_args in BENCHMARKS:
         if args.only and name not in args.only:
             continue
         print(f"== {name}", flush=True)
-        result = _load(name).main(["--out", str(RESULTS / f"{name}.json")])
+        result = _load(script).main([*script_args, "--out", str(RESULTS / f"{name}.json")])
         (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
     write_report()
     return 0
@@ -58,7 +61,7 @@ def write_report() -> None:
     ]
     if not BENCHMARKS:
         lines.append("No benchmarks yet.")
-    for name in BENCHMARKS:
+    for name, _, _ in BENCHMARKS:
         path = RESULTS / f"{name}.json"
         if not path.exists():
             continue
