@@ -51,6 +51,7 @@ class RookGRPOTrainer(GRPOTrainer):
             if not reward_funcs:
                 raise ConfigError("reward_funcs: the list is empty. Name at least one reward, e.g. reward_funcs: [uci_charset].")
         _check_prompt_column(train_dataset, "train_dataset")
+        _check_reward_columns(reward_funcs or [], train_dataset)
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
@@ -73,6 +74,21 @@ def _setup_reward(reward: Any, args: Any) -> Any:
     if callable(setup) and not isinstance(reward, type):
         return setup(args)
     return reward
+
+
+def _check_reward_columns(reward_funcs: list, dataset: Any) -> None:
+    """Rewards that read dataset columns (e.g. code_exec's ``tests``) declare them; check before training."""
+    columns = getattr(dataset, "column_names", None)
+    if columns is None:
+        return
+    for reward in reward_funcs:
+        missing = [c for c in getattr(reward, "required_columns", ()) if c not in columns]
+        if missing:
+            name = getattr(reward, "__name__", type(reward).__name__)
+            raise ConfigError(
+                f"reward_funcs: {name} needs dataset column(s) {missing}, which train_dataset lacks "
+                f"(columns: {', '.join(columns)})."
+            )
 
 
 def _check_prompt_column(dataset: Any, name: str) -> None:

@@ -163,5 +163,5 @@ def _load_builtin_rewards() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    for module in ("rookgrpo.rewards.basic", "rookgrpo.rewards.chess"):
+    for module in ("rookgrpo.rewards.basic", "rookgrpo.rewards.chess", "rookgrpo.rewards.code"):
         importlib.import_module(module)
