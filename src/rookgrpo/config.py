@@ -77,9 +77,10 @@ class RookScriptArguments(ScriptArguments):
         default="auto",
         metadata={
             "help": "`prompt`: rows already have a prompt column. `rookworld`: a `text` column of RookWorld P:/A: lines, "
-            "split into prompt/completion/task/fen (hub A: rows get their `A: ` prefix). `auto`: rookworld when "
-            "there is a `text` column and no prompt column.",
-            "choices": ["auto", "prompt", "rookworld"],
+            "split into prompt/completion/task/fen (hub A: rows get their `A: ` prefix). `open-r1`: code problems "
+            "with a `verification_info` column, turned into `tests`. `auto`: rookworld when there is a `text` "
+            "column and no prompt column.",
+            "choices": ["auto", "prompt", "rookworld", "open-r1"],
         },
     )
     dataset_tasks: list[str] | None = field(

@@ -30,6 +30,10 @@ def load_recipe_dataset(
     if not name_or_path:
         raise ConfigError("dataset_name: not set. Give a hub id, a local file or directory, or rookgrpo/smoke-prompts.")
     name_or_path = resolve_dataset(name_or_path)
+    from .assets import DATASET_BUILDERS, PREFIX
+
+    if name_or_path.startswith(PREFIX) and name_or_path[len(PREFIX):] in DATASET_BUILDERS:
+        return DATASET_BUILDERS[name_or_path[len(PREFIX):]]()
     path = Path(name_or_path).expanduser()
     if path.is_file():
         builder = _BUILDERS.get(path.suffix.lower())
@@ -83,6 +87,10 @@ def prepare_dataset(dataset: Any, script_args: Any) -> Any:
         from .chess.data import prepare_rookworld
 
         return prepare_rookworld(dataset, script_args.dataset_tasks)
+    if fmt == "open-r1":
+        from .code.problems import prepare_verification_dataset
+
+        return prepare_verification_dataset(dataset, script_args.dataset_prompt_column)
     if fmt != "prompt":
-        raise ConfigError(f"dataset_format: expected auto, prompt or rookworld, got {fmt!r}.")
+        raise ConfigError(f"dataset_format: expected auto, prompt, rookworld or open-r1, got {fmt!r}.")
     return prepare_prompt_column(dataset, script_args.dataset_prompt_column)

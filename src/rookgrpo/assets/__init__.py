@@ -28,9 +28,30 @@ def _tiny_random() -> Path:
 MODELS = {
     "tiny-random": _tiny_random,
 }
+def _code_rows(source: str, chat: bool):
+    def build():
+        from datasets import Dataset
+
+        from ..code.problems import builtin_rows, humaneval_rows
+
+        rows = humaneval_rows() if source == "humaneval" else builtin_rows()
+        if chat:  # conversational prompts, for instruct models (TRL applies the chat template)
+            rows = [{**r, "prompt": [{"role": "user", "content": r["prompt"]}]} for r in rows]
+        return Dataset.from_list(rows)
+
+    return build
+
+
 # name → packaged data file.
 DATASETS = {
     "smoke-prompts": ASSETS_DIR / "smoke_prompts.jsonl",
+}
+# name → builder returning a datasets.Dataset (data that ships inside a dependency, e.g. HumanEval).
+DATASET_BUILDERS = {
+    "humaneval": _code_rows("humaneval", chat=False),
+    "humaneval-chat": _code_rows("humaneval", chat=True),
+    "code-builtin": _code_rows("builtin", chat=False),
+    "code-builtin-chat": _code_rows("builtin", chat=True),
 }
 
 
@@ -67,10 +88,13 @@ def resolve_dataset(name_or_path: str) -> str:
         key = name_or_path[len(PREFIX):]
         if key in DATASETS:
             return str(DATASETS[key])
+        if key in DATASET_BUILDERS:
+            return name_or_path  # built by load_recipe_dataset
         from ..errors import ConfigError
 
         raise ConfigError(
             f"dataset_name: {name_or_path!r} is not a packaged rookgrpo dataset. Packaged: "
-            f"{', '.join(PREFIX + k for k in DATASETS)}. For a hub dataset use its id, for local data a path."
+            f"{', '.join(PREFIX + k for k in [*DATASETS, *DATASET_BUILDERS])}. For a hub dataset use its id, for "
+            "local data a path."
         )
     return name_or_path
