@@ -22,6 +22,7 @@ RESULTS = HERE / "results"
 BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("chess_rewards_model_like", "bench_chess_rewards", ["--mix", "model-like"]),
     ("chess_rewards_random", "bench_chess_rewards", ["--mix", "random"]),
+    ("code_exec", "bench_code_exec", []),
 ]
 
 
