@@ -17,7 +17,6 @@ Same Stockfish, depth and machine, in one run; both sides must produce identical
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -31,6 +30,8 @@ from rookgrpo.chess.engine import MATE_SCORE, EnginePool, EngineSettings, find_s
 from rookgrpo.chess.formats import parse_policy, split_policy
 from rookgrpo.rewards import chess as chess_rewards
 from rookgrpo.rewards.chess import eval_closeness, move_accuracy
+
+from common import finish  # benchmarks/common.py
 
 
 def make_batch(n_prompts: int, generations: int, seed: int, depth: int, mix: str = "model-like"):
@@ -198,11 +199,7 @@ def main(argv=None):
         "rookgrpo_seconds": rook_t,
         "completions": n,
     }
-    print(table)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=2)
-    return result
+    return finish(result, args.out)
 
 
 if __name__ == "__main__":

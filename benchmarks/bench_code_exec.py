@@ -12,7 +12,6 @@ interleaved repeats; both must pass all 164.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -20,6 +19,8 @@ import time
 from rookgrpo.code.problems import humaneval_rows
 from rookgrpo.code.sandbox import SandboxPool, namespaces_available
 from rookgrpo.rewards import code as code_rewards
+
+from common import finish  # benchmarks/common.py
 
 
 def run_rookgrpo(rows, workers):
@@ -91,11 +92,7 @@ def main(argv=None):
         "command": f"python benchmarks/bench_code_exec.py --workers {args.workers} --repeats {args.repeats}",
         "ratio": base / rook, "baseline_seconds": base_t, "rookgrpo_seconds": rook_t,
     }
-    print(table)
-    if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(result, fh, indent=2)
-    return result
+    return finish(result, args.out)
 
 
 if __name__ == "__main__":

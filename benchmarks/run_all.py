@@ -27,6 +27,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
 
 
 def _load(name: str):
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))  # scripts share benchmarks/common.py
     spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -42,8 +44,7 @@ def main(argv=None) -> int:
         if args.only and name not in args.only:
             continue
         print(f"== {name}", flush=True)
-        result = _load(script).main([*script_args, "--out", str(RESULTS / f"{name}.json")])
-        (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2))
+        _load(script).main([*script_args, "--out", str(RESULTS / f"{name}.json")])
     write_report()
     return 0
 
