@@ -13,12 +13,13 @@ OLDEST_VENV ?= .venv-oldest-trl
 RECIPE ?= recipes/smoke.yaml
 PYTEST_ARGS ?=
 
-.PHONY: help setup train test test-oldest-trl bench stockfish clean
+.PHONY: help setup train test test-oldest-trl install-check bench stockfish clean
 
 help:
 	@echo "make train            GRPO on the embedded default recipe ($(RECIPE)), CPU, no network"
 	@echo "make test             the test suite"
 	@echo "make test-oldest-trl  the test suite against TRL $(OLDEST_TRL) in $(OLDEST_VENV)"
+	@echo "make install-check    pip install . (wheel) into a venv with TRL and import it from outside the repo"
 	@echo "make bench            benchmarks (see benchmarks/README.md)"
 
 setup: $(VENV)/.installed stockfish
@@ -51,6 +52,18 @@ test-oldest-trl:
 	$(OLDEST_VENV)/bin/pip install "trl==$(OLDEST_TRL)" -e ".[test]"
 	$(OLDEST_VENV)/bin/python -c "import trl; assert trl.__version__ == '$(OLDEST_TRL)', trl.__version__"
 	$(OLDEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(MAKE) install-check VENV_DIR=$(OLDEST_VENV)
+
+# `pip install .` (a real wheel, not editable) into a venv that already has TRL, then import it from elsewhere and
+# use its packaged files: catches missing package data that an editable install would hide.
+VENV_DIR ?= $(VENV)
+install-check:
+	$(VENV_DIR)/bin/pip install --force-reinstall --no-deps .
+	cd /tmp && $(CURDIR)/$(VENV_DIR)/bin/python -c "from rookgrpo import RookGRPOTrainer, RookGRPOConfig; \
+		import rookgrpo, rookgrpo.code.sandbox as s, rookgrpo.data as d; \
+		assert 'site-packages' in rookgrpo.__file__, rookgrpo.__file__; assert s.HARNESS.exists(); \
+		assert len(d.load_recipe_dataset('rookgrpo/smoke-prompts')) == 128; print('installed', rookgrpo.__file__)"
+	$(VENV_DIR)/bin/pip install --no-deps -e .
 
 bench: setup
 	$(PY) benchmarks/run_all.py
