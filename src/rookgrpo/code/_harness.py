@@ -151,4 +151,5 @@ def main():
         report({"event": "tests_error", "error": _type(exc).__name__})
 
 
-main()
+if __name__ == "__main__":  # run as a script by the sandbox; importing it (e.g. doctest collection) does nothing
+    main()
