@@ -8,6 +8,8 @@ With no rookgrpo feature switched on it trains exactly as ``GRPOTrainer`` does (
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 from trl import GRPOTrainer
@@ -63,6 +65,37 @@ class RookGRPOTrainer(GRPOTrainer):
             callbacks=resolve_callbacks(callbacks),
             **kwargs,
         )
+        for callback in self._rook_callbacks():
+            callback.bind(self)
+
+    CALLBACK_STATE_FILE = "rookgrpo_callbacks.json"
+
+    def _rook_callbacks(self) -> list:
+        from .callbacks.base import RookCallback
+
+        return [cb for cb in self.callback_handler.callbacks if isinstance(cb, RookCallback)]
+
+    def _save_checkpoint(self, model, trial):
+        """TRL's checkpoint, plus the state of rookgrpo's controllers (beta, counters) next to it."""
+        super()._save_checkpoint(model, trial)
+        callbacks = self._rook_callbacks()
+        if callbacks and self.args.should_save:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            with open(os.path.join(folder, self.CALLBACK_STATE_FILE), "w") as fh:
+                json.dump({cb.state_key: cb.state_dict() for cb in callbacks}, fh)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """On resume, restore rookgrpo's controller state from the checkpoint (TRL's own hook for this)."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = os.path.join(checkpoint, self.CALLBACK_STATE_FILE) if checkpoint else None
+        if path and os.path.exists(path):
+            with open(path) as fh:
+                states = json.load(fh)
+            for callback in self._rook_callbacks():
+                if callback.state_key in states:
+                    callback.load_state_dict(states[callback.state_key])
 
 
 def _setup_reward(reward: Any, args: Any) -> Any:

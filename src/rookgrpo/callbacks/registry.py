@@ -103,4 +103,5 @@ def _lookup(name: str) -> type[TrainerCallback]:
 
 
 def _load_builtin_callbacks() -> None:
-    """Hook for built-in callback modules; each registers itself on import."""
+    """Import the built-in callback modules; each registers itself on import."""
+    importlib.import_module("rookgrpo.callbacks.adaptive_beta")

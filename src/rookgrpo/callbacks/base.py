@@ -1,0 +1,28 @@
+"""Base class for callbacks that act on the trainer itself (not only observe it) and keep state across resumes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import TrainerCallback
+
+
+class RookCallback(TrainerCallback):
+    """A ``TrainerCallback`` that :class:`~rookgrpo.RookGRPOTrainer` binds to itself and checkpoints.
+
+    - ``bind(trainer)`` is called once the trainer is built: validate the config (raise ``ConfigError``) and keep a
+      reference to the trainer for the hooks.
+    - ``state_dict()`` / ``load_state_dict()`` are saved in every checkpoint and restored on
+      ``resume_from_checkpoint``, so a controller continues where it stopped.
+    """
+
+    state_key: str = "rook_callback"
+
+    def bind(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
