@@ -23,7 +23,7 @@ import signal
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -337,10 +337,3 @@ if _register is not None:
 else:  # pragma: no cover - CPython < 3.9
     atexit.register(close_all_pools)
 
-
-def cp_to_pawns(cp: int) -> float:
-    return cp / 100.0
-
-
-def unique(items: Iterable) -> list:
-    return list(dict.fromkeys(items))
