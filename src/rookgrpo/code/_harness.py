@@ -145,7 +145,7 @@ def main():
     try:
         exec(compile(job["tests"], "tests.py", "exec"), namespace)
         check = namespace.get("check")
-        if job.get("entry_point") and callable(check) and not job.get("tests_call_check"):
+        if job.get("entry_point") and callable(check):
             check(namespace[job["entry_point"]])
     except BaseException as exc:  # noqa: BLE001 - tests after this point have no record and fail
         report({"event": "tests_error", "error": _type(exc).__name__})
