@@ -27,7 +27,7 @@ import chess.engine
 
 from rookgrpo.chess.data import generate
 from rookgrpo.chess.engine import MATE_SCORE, EnginePool, EngineSettings, find_stockfish
-from rookgrpo.chess.formats import parse_policy, split_policy
+from rookgrpo.chess.formats import is_legal, parse_policy, split_policy
 from rookgrpo.rewards import chess as chess_rewards
 from rookgrpo.rewards.chess import eval_closeness, move_accuracy
 
@@ -119,7 +119,7 @@ def _naive_one(engine, limit, prompt, completion):
     top = [(i["pv"][0].uci(), i["score"].pov(board.turn).score(mate_score=MATE_SCORE)) for i in infos]
     top_moves = [m for m, _ in top]
     floor = min(s for _, s in top)
-    legal = lambda m: _is_legal(board, m)  # noqa: E731
+    legal = lambda m: is_legal(board, m)  # noqa: E731
 
     def value(move):
         if move in top_moves:
@@ -140,13 +140,6 @@ def _naive_one(engine, limit, prompt, completion):
             total += eval_closeness(predicted, value(move) / 100.0)
     evals = total / max(1, len(line.moves))
     return [fmt, legality, best, candidates, evals]
-
-
-def _is_legal(board, move):
-    try:
-        return chess.Move.from_uci(move) in board.legal_moves
-    except ValueError:
-        return False
 
 
 def main(argv=None):

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .chess.engine import EngineSettings, get_pool
-from .chess.formats import parse_policy
-from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat, _board, _legal
+from .chess.formats import board_from_fen, is_legal, parse_policy
+from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat
 
 
 def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 32,
@@ -70,7 +70,7 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
         fens = [parse_policy(p + " M:").fen for p in pp]
         bests = [parse_policy(" " + c.split("\n", 1)[0]).best for c in pc]
         analyses = get_pool(settings).analyse_many(fens)
-        legal = [float(_legal(_board(f), b)) for f, b in zip(fens, bests)]
+        legal = [float(is_legal(board_from_fen(f), b)) for f, b in zip(fens, bests)]
         per_metric["best_move_accuracy"] = [float(b == a.best and bool(b)) for b, a in zip(bests, analyses)]
         per_metric["top5_accuracy"] = [float(bool(b) and b in a.moves) for b, a in zip(bests, analyses)]
         per_metric["legal_move_rate"] = legal

@@ -31,6 +31,7 @@ import chess
 import chess.engine
 
 from ..errors import ConfigError
+from .formats import board_from_fen, is_legal
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ class EnginePool:
         analyses = dict(zip((f for f, _ in pairs), self.analyse_many([f for f, _ in pairs])))
         outside = []
         for fen, move in pairs:
-            if analyses[fen].score_of(move) is None and _is_legal(fen, move):
+            if analyses[fen].score_of(move) is None and is_legal(board_from_fen(fen), move):
                 outside.append(("m", fen, move))
         searched = dict(zip(outside, self._batched(outside, self._run_move)))
         scores = []
@@ -297,13 +298,6 @@ class EnginePool:
         move = chess.Move.from_uci(key[2])
         info = engine.analyse(board, self.limit, root_moves=[move], game=object())
         return info["score"].pov(board.turn).score(mate_score=MATE_SCORE)
-
-
-def _is_legal(fen: str, move: str) -> bool:
-    try:
-        return chess.Move.from_uci(move) in chess.Board(fen).legal_moves
-    except ValueError:
-        return False
 
 
 _POOLS: dict[EngineSettings, EnginePool] = {}

@@ -40,6 +40,25 @@ def is_uci(text: str) -> bool:
     return bool(UCI_RE.match(text))
 
 
+def board_from_fen(fen: str) -> chess.Board | None:
+    """The position for ``fen``, or ``None`` when it does not parse or is not a legal position. Never raises."""
+    try:
+        board = chess.Board(fen)
+    except (TypeError, ValueError):
+        return None
+    return board if board.is_valid() else None
+
+
+def is_legal(board: chess.Board | None, move: str) -> bool:
+    """Whether ``move`` (UCI text) is legal on ``board``; ``False`` for no board or unparseable text. Never raises."""
+    if board is None:
+        return False
+    try:
+        return chess.Move.from_uci(move) in board.legal_moves
+    except (TypeError, ValueError):
+        return False
+
+
 def format_eval(pawns: float) -> str:
     """Eval text as RookWorld writes it: shortest float text with at most 2 decimals (``-2.3``, ``0.0``, ``4.75``)."""
     value = round(float(pawns), 2)

@@ -29,7 +29,16 @@ from typing import Any
 import chess
 
 from ..chess.engine import EngineSettings, find_stockfish, get_pool
-from ..chess.formats import PolicyLine, env_step, parse_env, parse_env_completion, parse_policy, task_of
+from ..chess.formats import (
+    PolicyLine,
+    board_from_fen,
+    env_step,
+    is_legal,
+    parse_env,
+    parse_env_completion,
+    parse_policy,
+    task_of,
+)
 from .registry import register_reward
 from .utils import completion_text
 
@@ -73,23 +82,6 @@ def eval_closeness(predicted_pawns: float, engine_pawns: float) -> float:
     return 1.0 / (1.0 + abs(cap(predicted_pawns) - cap(engine_pawns)))
 
 
-def _legal(board: chess.Board | None, move: str) -> bool:
-    if board is None:
-        return False
-    try:
-        return chess.Move.from_uci(move) in board.legal_moves
-    except ValueError:
-        return False
-
-
-def _board(fen: str) -> chess.Board | None:
-    try:
-        board = chess.Board(fen)
-    except ValueError:
-        return None
-    return board if board.is_valid() else None
-
-
 # --- policy task -------------------------------------------------------------------------------------------------
 
 
@@ -114,7 +106,7 @@ def _policy_rows(prompts: Sequence[Any], completions: Sequence[Any]) -> list[_Po
             continue
         fen = parse_policy(prompt + " M:").fen  # the prompt ends before M:
         text = completion_text(completion).split("\n", 1)[0]
-        rows.append(_PolicyRow(fen=fen, board=_board(fen), line=parse_policy(" " + text)))
+        rows.append(_PolicyRow(fen=fen, board=board_from_fen(fen), line=parse_policy(" " + text)))
     return rows
 
 
@@ -202,7 +194,7 @@ class ChessLegality(ChessReward):
                 out.append(None)
                 continue
             proposed = row.line.moves + ([row.line.best] if row.line.best else [])
-            out.append(sum(_legal(row.board, m) for m in proposed) / len(proposed) if proposed else 0.0)
+            out.append(sum(is_legal(row.board, m) for m in proposed) / len(proposed) if proposed else 0.0)
         return out
 
 
@@ -226,7 +218,7 @@ class ChessBestMove(ChessReward):
 
     def __call__(self, prompts, completions, **kwargs):
         rows = _policy_rows(prompts, completions)
-        scored = [r for r in rows if r is not None and r.board is not None and _legal(r.board, r.line.best)]
+        scored = [r for r in rows if r is not None and r.board is not None and is_legal(r.board, r.line.best)]
         pool = get_pool(self.engine) if scored else None
         values = {}
         if scored:
@@ -261,7 +253,7 @@ class ChessCandidates(ChessReward):
         if live:
             for r, analysis in zip(live, pool.analyse_many([r.fen for r in live])):
                 top = set(analysis.moves)
-                named = {m for m in row_moves(r) if _legal(r.board, m)}
+                named = {m for m in row_moves(r) if is_legal(r.board, m)}
                 values[id(r)] = len(named & top) / len(top) if top else 0.0
         self._log(kwargs, pool)
         return [None if r is None else values.get(id(r), 0.0) for r in rows]
@@ -293,7 +285,7 @@ class ChessEvals(ChessReward):
             if r is None or r.board is None:
                 continue
             for i, (move, value) in enumerate(zip(r.line.moves, r.line.evals)):
-                if value is not None and _legal(r.board, move):
+                if value is not None and is_legal(r.board, move):
                     pairs.append((r.fen, move))
                     owners.append((id(r), value))
         pool = get_pool(self.engine) if pairs else None
@@ -374,7 +366,7 @@ class ChessEnv(ChessReward):
                 out.append(None)
                 continue
             fields = parse_env(prompt)
-            if _board(fields.fen) is None:
+            if board_from_fen(fields.fen) is None:
                 out.append(0.0)
                 continue
             expected = env_step(fields.fen, fields.move, fields.history).completion()
