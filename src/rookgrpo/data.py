@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .assets import resolve_dataset
+from .assets import packaged_dataset_builder, resolve_dataset
 from .errors import ConfigError
 
 # File suffix → the `datasets` builder that reads it.
@@ -29,11 +29,10 @@ def load_recipe_dataset(
 
     if not name_or_path:
         raise ConfigError("dataset_name: not set. Give a hub id, a local file or directory, or rookgrpo/smoke-prompts.")
+    builder = packaged_dataset_builder(name_or_path)
+    if builder is not None:
+        return builder()
     name_or_path = resolve_dataset(name_or_path)
-    from .assets import DATASET_BUILDERS, PREFIX
-
-    if name_or_path.startswith(PREFIX) and name_or_path[len(PREFIX):] in DATASET_BUILDERS:
-        return DATASET_BUILDERS[name_or_path[len(PREFIX):]]()
     path = Path(name_or_path).expanduser()
     if path.is_file():
         builder = _BUILDERS.get(path.suffix.lower())

@@ -82,14 +82,19 @@ def _on_local_main_process_first(build):
         return build()
 
 
+def packaged_dataset_builder(name: str):
+    """The builder for a built-on-demand packaged dataset (``rookgrpo/humaneval``, ...), or ``None``."""
+    if isinstance(name, str) and name.startswith(PREFIX) and not Path(name).exists():
+        return DATASET_BUILDERS.get(name[len(PREFIX):])
+    return None
+
+
 def resolve_dataset(name_or_path: str) -> str:
     """Map ``rookgrpo/<name>`` to a packaged data file; return anything else unchanged."""
     if isinstance(name_or_path, str) and name_or_path.startswith(PREFIX) and not Path(name_or_path).exists():
         key = name_or_path[len(PREFIX):]
         if key in DATASETS:
             return str(DATASETS[key])
-        if key in DATASET_BUILDERS:
-            return name_or_path  # built by load_recipe_dataset
         from ..errors import ConfigError
 
         raise ConfigError(
