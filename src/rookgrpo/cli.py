@@ -109,11 +109,7 @@ def _cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     from accelerate.commands.launch import launch_command as accelerate_launch
     from accelerate.commands.launch import launch_command_parser
 
-    try:
-        launch_args = launch_command([args.recipe, *extra])
-    except ConfigError as exc:
-        print(f"rookgrpo: error: {exc}", file=sys.stderr)
-        return 2
+    launch_args = launch_command([args.recipe, *extra])
     print("accelerate launch " + " ".join(launch_args), file=sys.stderr)
     parsed = launch_command_parser().parse_args(launch_args)
     try:
@@ -139,12 +135,8 @@ def _cmd_rewards(args: argparse.Namespace, extra: list[str]) -> int:
 def _cmd_plot(args: argparse.Namespace, extra: list[str]) -> int:
     from .plot import load_log_history, plot_run, text_curve
 
-    try:
-        out = plot_run(args.run_dir, args.out)
-        print(text_curve(load_log_history(args.run_dir), args.metric))
-    except ConfigError as exc:
-        print(f"rookgrpo: error: {exc}", file=sys.stderr)
-        return 2
+    out = plot_run(args.run_dir, args.out)
+    print(text_curve(load_log_history(args.run_dir), args.metric))
     print(f"wrote {out}")
     return 0
 
@@ -228,7 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
     if extra and not args.allow_extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args.func(args, extra)
+    try:
+        return args.func(args, extra)
+    except ConfigError as exc:  # every subcommand: one clear line, status 2
+        print(f"rookgrpo: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _setup_logging() -> None:
