@@ -72,6 +72,17 @@ def tiny_grpo_args(output_dir, **overrides):
     return RookGRPOConfig(**values)
 
 
+def vanilla_args(rook_args, output_dir):
+    """A plain TRL ``GRPOConfig`` with the same settings as a ``tiny_grpo_args`` config (rookgrpo fields dropped)."""
+    from trl import GRPOConfig
+
+    keys = ("seed", "use_cpu", "bf16", "gradient_checkpointing", "report_to", "save_strategy", "learning_rate",
+            "max_steps", "per_device_train_batch_size", "num_generations", "max_completion_length", "logging_steps",
+            "disable_tqdm", "dataloader_num_workers", "beta", "scale_rewards", "steps_per_generation",
+            "gradient_accumulation_steps", "num_iterations", "temperature")
+    return GRPOConfig(**{k: getattr(rook_args, k) for k in keys}, output_dir=str(output_dir))
+
+
 def write_recipe(path: Path, **overrides) -> Path:
     """Write the smoke recipe with overrides, pointed at an output dir inside the test's tmp dir."""
     import yaml

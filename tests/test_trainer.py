@@ -3,9 +3,9 @@
 import sys
 
 import pytest
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOTrainer
 
-from conftest import REPO, losses_and_rewards, tiny_grpo_args
+from conftest import REPO, losses_and_rewards, tiny_grpo_args, vanilla_args
 from rookgrpo import RookGRPOTrainer
 from rookgrpo.rewards.basic import uci_charset
 
@@ -18,12 +18,9 @@ def _train(trainer_cls, args, model_dir, dataset, reward):
 
 def test_same_losses_and_rewards_as_vanilla_trl(tiny_model_dir, smoke_dataset, tmp_path):
     rook_args = tiny_grpo_args(tmp_path / "rook", max_steps=4, beta=0.04)
-    vanilla_args = GRPOConfig(**{k: getattr(rook_args, k) for k in (
-        "seed", "use_cpu", "bf16", "gradient_checkpointing", "report_to", "save_strategy", "learning_rate",
-        "max_steps", "per_device_train_batch_size", "num_generations", "max_completion_length", "logging_steps",
-        "disable_tqdm", "dataloader_num_workers", "beta")}, output_dir=str(tmp_path / "vanilla"))
+    vanilla = vanilla_args(rook_args, tmp_path / "vanilla")
     rook = _train(RookGRPOTrainer, rook_args, tiny_model_dir, smoke_dataset, "uci_charset")
-    vanilla = _train(GRPOTrainer, vanilla_args, tiny_model_dir, smoke_dataset, uci_charset)
+    vanilla = _train(GRPOTrainer, vanilla, tiny_model_dir, smoke_dataset, uci_charset)
     rook_logs = losses_and_rewards(rook.state.log_history)
     vanilla_logs = losses_and_rewards(vanilla.state.log_history)
     assert len(rook_logs) == 4 and "kl" not in rook_logs[0]

@@ -40,8 +40,25 @@ class RookGRPOConfig(GRPOConfig):
         metadata={"help": "Stockfish processes per training process. Default: min(CPU cores, 4)."},
     )
 
+    task_generation_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Per-task sampling settings, e.g. {P: {temperature: 0.5, top_p: 0.9}, A: {temperature: 0.95}} "
+            "(JSON on the command line). Generation batches become task-homogeneous (by task_column) and the loss "
+            "uses the temperature that sampled each batch. Allowed keys: temperature, top_p, top_k, min_p, "
+            "repetition_penalty. Tasks not named keep the recipe's settings."
+        },
+    )
+    task_column: str = field(
+        default="task",
+        metadata={"help": "Dataset column naming each row's task, for task_generation_kwargs (RookWorld: P or A)."},
+    )
+
     def __post_init__(self):
+        from .task_sampling import parse_task_generation_kwargs
+
         _check_num_generations(self.num_generations)
+        self.task_generation_kwargs = parse_task_generation_kwargs(self.task_generation_kwargs)
         super().__post_init__()
 
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from trl import GRPOTrainer
@@ -54,6 +58,8 @@ class RookGRPOTrainer(GRPOTrainer):
                 raise ConfigError("reward_funcs: the list is empty. Name at least one reward, e.g. reward_funcs: [uci_charset].")
         _check_prompt_column(train_dataset, "train_dataset")
         _check_reward_columns(reward_funcs or [], train_dataset)
+        if getattr(args, "task_generation_kwargs", None):
+            _check_task_column(train_dataset, args.task_column, args.task_generation_kwargs)
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
@@ -65,8 +71,104 @@ class RookGRPOTrainer(GRPOTrainer):
             callbacks=resolve_callbacks(callbacks),
             **kwargs,
         )
+        self._phase_timing = False
+        self._phase_times: dict[str, float] = defaultdict(float)
+        self._last_rewards_per_func = None
+        self._task_settings = None
+        if getattr(self.args, "task_generation_kwargs", None):
+            from .task_sampling import TaskSettings
+
+            self._task_settings = TaskSettings(self, self.args.task_generation_kwargs)
         for callback in self._rook_callbacks():
             callback.bind(self)
+        self._batch_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_scored_batch")]
+
+    # ---- hooks around TRL's generation step -------------------------------------------------------------------
+    # With no rookgrpo callback and no task settings these call straight through to TRL (tested: identical runs).
+
+    def _generate_and_score_completions(self, inputs):
+        """TRL's generate-and-score, then the scored-batch hooks (resampling, diagnostics) in callback order."""
+        if self._task_settings is not None:
+            from .task_sampling import batch_task
+
+            self._task_settings.apply(self, batch_task(inputs, self.args.task_column))
+        output = super()._generate_and_score_completions(inputs)
+        if not self._batch_hooks:
+            return output
+        scored = ScoredBatch(inputs=inputs, output=output, rewards_per_func=self._last_rewards_per_func,
+                             first_output=output, score=self._score_rows)
+        for hook in self._batch_hooks:
+            hook.on_scored_batch(self, scored)
+        return scored.output
+
+    def _score_rows(self, rows: list[dict]):
+        """Generate and score extra rows with TRL's own code; returns (scored batch, gathered rewards per func)."""
+        output = super()._generate_and_score_completions(rows)
+        return output, self._last_rewards_per_func
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        start = time.perf_counter()
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards
+        if self._phase_timing:
+            self._phase_times["rewards"] += time.perf_counter() - start
+        return rewards
+
+    def _generate(self, prompts):
+        if not self._phase_timing:
+            return super()._generate(prompts)
+        start = time.perf_counter()
+        try:
+            return super()._generate(prompts)
+        finally:
+            self._phase_times["generation"] += time.perf_counter() - start
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        # Calls outside the loss (reference model, old policy) happen under no_grad in the scoring phase.
+        import torch
+
+        if not self._phase_timing or torch.is_grad_enabled():
+            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        finally:
+            self._phase_times["reference"] += time.perf_counter() - start
+
+    def _take_phase_times(self) -> dict[str, float]:
+        times, self._phase_times = dict(self._phase_times), defaultdict(float)
+        return times
+
+    def _get_train_sampler(self, dataset=None):
+        """TRL's sampler, or a task-homogeneous one when ``task_generation_kwargs`` is set."""
+        if self._task_settings is None:
+            return super()._get_train_sampler(dataset) if dataset is not None else super()._get_train_sampler()
+        from .task_sampling import TaskGroupedRepeatSampler
+
+        dataset = self.train_dataset if dataset is None else dataset
+        return TaskGroupedRepeatSampler(
+            data_source=dataset,
+            tasks=dataset[self.args.task_column],
+            mini_repeat_count=self.num_generations,
+            batch_size=self.args.generation_batch_size // self.num_generations,
+            repeat_count=self.num_iterations * self.args.steps_per_generation,
+            shuffle=getattr(self, "shuffle_dataset", True),
+            seed=self.args.seed,
+        )
+
+    def _replacement_pool(self, inputs: list[dict]) -> list[int]:
+        """Dataset indices a resampled group may come from: the batch's task when batches are task-homogeneous."""
+        n = len(self.train_dataset)
+        if self._task_settings is None:
+            return list(range(n))
+        from .task_sampling import batch_task
+
+        task = batch_task(inputs, self.args.task_column)
+        if not hasattr(self, "_pool_by_task"):
+            self._pool_by_task: dict[str, list[int]] = defaultdict(list)
+            for i, t in enumerate(self.train_dataset[self.args.task_column]):
+                self._pool_by_task[t].append(i)
+        return self._pool_by_task.get(task, list(range(n)))
 
     CALLBACK_STATE_FILE = "rookgrpo_callbacks.json"
 
@@ -96,6 +198,36 @@ class RookGRPOTrainer(GRPOTrainer):
             for callback in self._rook_callbacks():
                 if callback.state_key in states:
                     callback.load_state_dict(states[callback.state_key])
+
+
+@dataclass
+class ScoredBatch:
+    """What the scored-batch hooks see and may change: TRL's scored batch for ``inputs`` (``output``), the rewards
+    of every completion on every process (``rewards_per_func``, gathered by TRL), the batch as first scored
+    (``first_output``), and ``score(rows)`` to generate and score more rows the same way."""
+
+    inputs: list[dict]
+    output: dict
+    rewards_per_func: Any
+    first_output: dict
+    score: Callable[[list[dict]], tuple[dict, Any]]
+
+
+def _check_task_column(dataset: Any, column: str, per_task: dict) -> None:
+    columns = getattr(dataset, "column_names", None)
+    if columns is not None and column not in columns:
+        raise ConfigError(
+            f"task_generation_kwargs: needs a task column, but train_dataset has no {column!r} column (columns: "
+            f"{', '.join(columns)}). Set task_column to the column naming each row's task."
+        )
+    if columns is not None:
+        present = set(dataset[column])
+        unknown = sorted(set(per_task) - {str(t) for t in present})
+        if unknown:
+            raise ConfigError(
+                f"task_generation_kwargs: task(s) {unknown} do not occur in column {column!r} (tasks present: "
+                f"{sorted(map(str, present))})."
+            )
 
 
 def _setup_reward(reward: Any, args: Any) -> Any:

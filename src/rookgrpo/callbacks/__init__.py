@@ -2,7 +2,9 @@
 
 from .adaptive_beta import AdaptiveBeta
 from .base import RookCallback
+from .diagnostics import Diagnostics
+from .zero_std import ZeroStdResampling
 from .registry import available_callbacks, register_callback, resolve_callback, resolve_callbacks
 
-__all__ = ["AdaptiveBeta", "RookCallback", "available_callbacks", "register_callback", "resolve_callback",
+__all__ = ["AdaptiveBeta", "Diagnostics", "RookCallback", "ZeroStdResampling", "available_callbacks", "register_callback", "resolve_callback",
            "resolve_callbacks"]

@@ -104,4 +104,5 @@ def _lookup(name: str) -> type[TrainerCallback]:
 
 def _load_builtin_callbacks() -> None:
     """Import the built-in callback modules; each registers itself on import."""
-    importlib.import_module("rookgrpo.callbacks.adaptive_beta")
+    for module in ("adaptive_beta", "zero_std", "diagnostics"):
+        importlib.import_module(f"rookgrpo.callbacks.{module}")

@@ -1,0 +1,132 @@
+"""Operations on TRL's scored generation batch (the dict ``_generate_and_score_completions`` returns).
+
+Why a module of its own: zero-std resampling builds one batch out of groups from several generation rounds, and
+those rounds pad their tensors to different lengths. These helpers re-pad and splice rows exactly the way TRL pads
+them (prompts on the left, completions on the right), and recompute what depends on the whole batch (advantages
+under batch-level scaling, the token count that normalises the loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+# key → (side, pad value or "pad_token") for the per-row tensors of a scored batch.
+ROW_KEYS: dict[str, tuple[str, Any]] = {
+    "prompt_ids": ("left", "pad_token"),
+    "prompt_mask": ("left", 0),
+    "completion_ids": ("right", "pad_token"),
+    "completion_mask": ("right", 0),
+    "old_per_token_logps": ("right", 0.0),
+    "ref_per_token_logps": ("right", 0.0),
+    "sampling_per_token_logps": ("right", 0.0),
+    "importance_sampling_ratio": ("right", 0.0),
+    "tool_mask": ("right", 1),
+    "advantages": ("none", None),
+}
+SCALAR_KEYS = {"num_items_in_batch"}
+
+
+def unsupported_keys(batch: dict) -> list[str]:
+    """Keys of a scored batch that :func:`take_rows` cannot splice (multimodal inputs)."""
+    return sorted(k for k in batch if k not in ROW_KEYS and k not in SCALAR_KEYS)
+
+
+def _pad_to(t: torch.Tensor, length: int, side: str, value: Any) -> torch.Tensor:
+    missing = length - t.size(1)
+    if missing <= 0:
+        return t
+    filler = t.new_full((t.size(0), missing, *t.shape[2:]), value)
+    return torch.cat([filler, t] if side == "left" else [t, filler], dim=1)
+
+
+def take_rows(batches: Sequence[dict], picks: Sequence[tuple[int, int]], pad_token_id: int,
+              pad_to_multiple_of: int | None = None) -> dict:
+    """A new batch whose row ``i`` is row ``picks[i][1]`` of ``batches[picks[i][0]]``, re-padded to a common width.
+
+    ``num_items_in_batch`` is not set here (it is a cross-process count; see :func:`count_loss_tokens`).
+    """
+    out: dict[str, Any] = {}
+    for key, (side, pad) in ROW_KEYS.items():
+        present = [key in b for b in batches]
+        if not any(present):
+            continue
+        if not all(present):
+            raise ValueError(f"scored batches disagree on key {key!r}")
+        value = pad_token_id if pad == "pad_token" else pad
+        rows = [batches[b][key][r] for b, r in picks]
+        if side == "none" or rows[0].dim() == 0:
+            out[key] = torch.stack(rows)
+            continue
+        width = max(batches[b][key].size(1) for b in {b for b, _ in picks})
+        if pad_to_multiple_of:
+            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+        out[key] = torch.cat([_pad_to(row.unsqueeze(0), width, side, value) for row in rows], dim=0)
+    return out
+
+
+def count_loss_tokens(batch: dict, accelerator) -> torch.Tensor:
+    """Completion tokens that count in the loss, summed over all processes (TRL's ``num_items_in_batch``)."""
+    mask = batch["completion_mask"]
+    if "tool_mask" in batch:
+        mask = mask * batch["tool_mask"]
+    return accelerator.gather(mask.sum()).sum()
+
+
+def combined_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Weighted sum over reward functions, NaN (unscored) entries skipped; rows scored by none stay NaN."""
+    rewards = (rewards_per_func * weights.to(rewards_per_func.device).unsqueeze(0)).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards
+
+
+def zero_std_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int) -> torch.Tensor:
+    """One bool per group of ``group_size`` consecutive rows: True when the group's rewards carry no signal.
+
+    A group has no signal when its combined reward has (numerically) zero spread; TRL gives all its completions
+    advantage 0. Rows no reward scored are ignored; a group with fewer than two scored rows has no signal either.
+    """
+    rewards = combined_rewards(rewards_per_func, weights).view(-1, group_size)
+    finite = ~torch.isnan(rewards)
+    filled = torch.where(finite, rewards, torch.zeros_like(rewards))
+    count = finite.sum(dim=1)
+    mean = filled.sum(dim=1) / count.clamp(min=1)
+    spread = torch.where(finite, (filled - mean.unsqueeze(1)).abs(), torch.zeros_like(filled)).amax(dim=1)
+    return (count < 2) | torch.isclose(spread, torch.zeros_like(spread), atol=1e-6)
+
+
+def nanstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
+    """Unbiased standard deviation ignoring NaN entries (TRL's convention)."""
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
+    std = (torch.nansum((x - mean) ** 2, dim=dim, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+    return std if keepdim else std.squeeze(dim)
+
+
+def batch_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int, scale_rewards: str,
+                     aggregation: str = "sum_then_normalize") -> torch.Tensor:
+    """GRPO advantages for a whole (gathered) batch, following the trainer's ``scale_rewards`` and aggregation.
+
+    Only needed when a batch is assembled from several generation rounds and the advantages depend on the whole
+    batch (``scale_rewards: batch``, ``normalize_then_sum``); with per-group scaling each group's advantages are the
+    ones TRL computed when it scored the group.
+    """
+    eps = 1e-4
+    if aggregation == "normalize_then_sum":
+        grouped = rewards_per_func.view(-1, group_size, rewards_per_func.size(1))
+        normed = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)) / (nanstd(grouped, dim=1, keepdim=True) + eps)
+        rewards = combined_rewards(normed.view(-1, rewards_per_func.size(1)), weights)
+        advantages = (rewards - torch.nanmean(rewards)) / (nanstd(rewards) + eps)
+        return torch.nan_to_num(advantages, nan=0.0)
+    rewards = combined_rewards(rewards_per_func, weights)
+    grouped = rewards.view(-1, group_size)
+    advantages = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)).view(-1)
+    if scale_rewards == "group":
+        advantages = advantages / (nanstd(grouped, dim=1, keepdim=True).expand_as(grouped).reshape(-1) + eps)
+    elif scale_rewards == "batch":
+        advantages = advantages / (nanstd(rewards) + eps)
+    return torch.nan_to_num(advantages, nan=0.0)

@@ -1,0 +1,117 @@
+"""``Diagnostics``: the numbers that explain why a GRPO run "does nothing", and warnings that name cause and fix.
+
+Logged (averaged over the logging window like TRL's own metrics):
+
+- ``timing/generation``, ``timing/rewards``, ``timing/reference``: seconds per generation batch spent generating,
+  scoring, and computing log-probs outside the loss (reference model and, when needed, the old policy);
+  ``timing/step``: seconds per optimizer step, everything included. The trainer measures the phases around TRL's
+  own methods, so they add up to what the step really spent.
+- ``groups/identical_frac``: share of groups whose completions are all the same token sequence (the policy or the
+  sampling settings leave no room to explore; such a group has no reward spread).
+- ``loss/kl_share``: share of the loss magnitude that comes from the KL term, ``beta·kl / (|loss − beta·kl| +
+  beta·kl)``, using TRL's per-token ``kl``. Near 1 the KL penalty dominates and the policy is pulled back to the
+  reference instead of towards reward (published RookWorld runs: ~0.95 at beta 0.1).
+
+Warnings (through ``logging``, at most once per ``warn_every`` steps per kind, with a count of the ones held back):
+every advantage of a batch zero, and most groups identical.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from .base import RookCallback
+from .registry import register_callback
+
+logger = logging.getLogger("rookgrpo.diagnostics")
+
+ZERO_ADVANTAGE_HELP = (
+    "every advantage in this generation batch is 0, so the policy-gradient term is exactly 0 and this step only "
+    "moves the policy through the KL term. Likely cause: every completion of each prompt earned the same reward "
+    "(zero-std groups: the task is too easy or too hard for the model, or the reward gives the same value to all "
+    "failures). Fix: add the zero_std_resampling callback, raise temperature (task_generation_kwargs per task), "
+    "use a reward with partial credit, or train on prompts the model sometimes solves."
+)
+IDENTICAL_HELP = (
+    "{share:.0%} of groups had {G} identical completions. Likely cause: sampling too cold for this task or a "
+    "collapsed policy. Fix: raise temperature/top_p for that task (task_generation_kwargs), lower the learning rate, "
+    "or raise beta / use adaptive_beta to hold the policy near the reference."
+)
+
+
+@register_callback("diagnostics")
+class Diagnostics(RookCallback):
+    """Per-phase timing, identical-group share, KL share of the loss, and rate-limited warnings."""
+
+    state_key = "diagnostics"
+
+    def __init__(self, warn_every: int = 50, identical_warn_frac: float = 0.5):
+        self.warn_every = int(warn_every)
+        self.identical_warn_frac = float(identical_warn_frac)
+        self._last_warned: dict[str, int] = {}
+        self._held_back: dict[str, int] = {}
+        self._step_start: float | None = None
+
+    def bind(self, trainer) -> None:
+        super().bind(trainer)
+        trainer._phase_timing = True
+
+    # The trainer calls this after TRL scored a generation batch (and after resampling replaced groups).
+    def on_scored_batch(self, trainer, scored) -> None:
+        mode = "train" if trainer.model.training else "eval"
+        metrics = trainer._metrics[mode]
+        for phase, seconds in trainer._take_phase_times().items():
+            metrics[f"timing/{phase}"].append(seconds)
+        G = trainer.num_generations if mode == "train" else getattr(trainer, "num_generations_eval", None) or trainer.num_generations
+        ids, mask = scored.first_output["completion_ids"], scored.first_output["completion_mask"]
+        ids = ids.masked_fill(mask == 0, -1).view(-1, G, ids.size(1))
+        identical = (ids == ids[:, :1]).all(dim=2).all(dim=1).sum()
+        nonzero_adv = (scored.output["advantages"].abs() > 1e-8).sum()
+        local = torch.stack([identical.float(), torch.tensor(float(ids.size(0)), device=identical.device),
+                             nonzero_adv.float()])
+        identical, groups, nonzero_adv = trainer.accelerator.gather(local.unsqueeze(0)).sum(dim=0).tolist()
+        share = identical / max(groups, 1.0)
+        metrics["groups/identical_frac"].append(share)
+        if mode != "train":
+            return
+        step = trainer.state.global_step
+        if nonzero_adv == 0:
+            self._warn("zero_advantage", step, ZERO_ADVANTAGE_HELP)
+        if share >= self.identical_warn_frac:
+            self._warn("identical", step, IDENTICAL_HELP.format(share=share, G=G))
+
+    def _warn(self, kind: str, step: int, message: str) -> None:
+        last = self._last_warned.get(kind)
+        if last is not None and step - last < self.warn_every:
+            self._held_back[kind] = self._held_back.get(kind, 0) + 1
+            return
+        held = self._held_back.pop(kind, 0)
+        suffix = f" ({held} more like this since step {last} not shown)" if held else ""
+        if self.trainer.accelerator.is_main_process:
+            logger.warning("step %d: %s%s", step, message, suffix)
+        self._last_warned[kind] = step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._step_start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._step_start is not None:
+            self.trainer._metrics["train"]["timing/step"].append(time.perf_counter() - self._step_start)
+            self._step_start = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "loss" not in logs or "kl" not in logs:
+            return
+        kl_term = float(logs.get("beta", self.trainer.beta)) * float(logs["kl"])
+        total = abs(float(logs["loss"]) - kl_term) + abs(kl_term)
+        logs["loss/kl_share"] = abs(kl_term) / total if total > 0 else 0.0
+
+    def state_dict(self) -> dict:
+        return {"last_warned": self._last_warned, "held_back": self._held_back}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._last_warned = {k: int(v) for k, v in state.get("last_warned", {}).items()}
+        self._held_back = {k: int(v) for k, v in state.get("held_back", {}).items()}

@@ -1,0 +1,165 @@
+"""``ZeroStdResampling``: replace groups whose completions all earned the same reward with freshly drawn prompts.
+
+Why: a group whose ``G`` completions all got the same reward has advantage 0 everywhere and teaches nothing; when
+most groups are like that (RookWorld ``A:`` prompts whose completions were identical, a reward everyone fails) the
+loss is exactly 0 and the run "does nothing". After TRL scores a generation batch, this callback finds those groups
+and replaces them with groups of new prompts, for up to ``max_rounds`` extra generation rounds. Groups still without
+signal after the cap are kept (and counted).
+
+Distributed: every rank decides from the rewards TRL gathers over all ranks, and draws replacement prompts from a
+generator seeded by (seed, step, round), so all ranks take the same decisions without extra communication. Each
+round every rank generates the same number of groups (the largest number any rank needs), so TRL's collectives
+(reward gather, vLLM server generation) stay aligned. A group must live on one rank: the trainer refuses
+configurations where the per-rank generation batch is not a multiple of ``num_generations``.
+
+Advantages: with per-group scaling (``scale_rewards: group`` or ``none``) each kept group carries the advantages TRL
+computed for it. Under ``scale_rewards: batch`` or ``multi_objective_aggregation: normalize_then_sum`` advantages
+depend on the whole batch, so they are recomputed over the final batch. The loss normaliser
+(``num_items_in_batch``) is recounted too. Cost: replaced groups were fully scored (generation, log-probs, rewards)
+before being dropped; ``resample/extra_completions`` reports what the extra rounds generated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+from .. import batch as B
+from ..errors import ConfigError
+from .base import RookCallback
+from .registry import register_callback
+
+
+@register_callback("zero_std_resampling")
+class ZeroStdResampling(RookCallback):
+    """Replace zero-std groups of each training generation batch, up to ``max_rounds`` extra rounds.
+
+    Logs per generation batch: ``resample/rounds``, ``resample/frac_zero_std_before``,
+    ``resample/frac_zero_std_after``, ``resample/extra_completions``.
+    """
+
+    state_key = "zero_std_resampling"
+
+    def __init__(self, max_rounds: int = 2, seed: int | None = None):
+        if int(max_rounds) < 0:
+            raise ConfigError(f"zero_std_resampling.max_rounds: got {max_rounds}; use 0 (off) or more extra rounds.")
+        self.max_rounds = int(max_rounds)
+        self.seed = seed
+        self.totals = {"batches": 0, "rounds": 0, "extra_completions": 0, "groups_replaced": 0, "groups_kept": 0}
+        self._draws = 0
+
+    def bind(self, trainer) -> None:
+        super().bind(trainer)
+        args = trainer.args
+        G = trainer.num_generations
+        per_rank = args.per_device_train_batch_size * args.steps_per_generation
+        if per_rank % G:
+            raise ConfigError(
+                f"zero_std_resampling: each process generates per_device_train_batch_size × steps_per_generation = "
+                f"{args.per_device_train_batch_size} × {args.steps_per_generation} = {per_rank} completions, not a "
+                f"multiple of num_generations={G}, so a group would span processes and could not be replaced as a "
+                f"whole. Make per_device_train_batch_size × steps_per_generation a multiple of {G}."
+            )
+        dataset = trainer.train_dataset
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")) or type(dataset).__name__ == "IterableDataset":
+            raise ConfigError(
+                "zero_std_resampling: draws replacement prompts by index, so train_dataset must be a map-style "
+                "datasets.Dataset (not streaming). Load it without streaming=True or remove the callback."
+            )
+
+    # The trainer calls this after TRL scored a training generation batch (see RookGRPOTrainer).
+    def on_scored_batch(self, trainer, scored) -> None:
+        if not trainer.model.training or self.max_rounds == 0:
+            return
+        unsupported = B.unsupported_keys(scored.output)
+        if unsupported:
+            raise ConfigError(f"zero_std_resampling: cannot splice batches with {unsupported} (multimodal inputs); "
+                              "remove the callback for this dataset.")
+        G = trainer.num_generations
+        world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
+        weights = trainer.reward_weights
+        n_local = len(scored.inputs) // G
+        zero = B.zero_std_groups(scored.rewards_per_func, weights, G).view(world, n_local).tolist()
+        before = sum(map(sum, zero)) / (world * n_local)
+        outputs, rewards, widths = [scored.output], [scored.rewards_per_func], [n_local]
+        slots = [[(0, g) for g in range(n_local)] for _ in range(world)]
+        metrics = trainer._metrics["train"]
+        saved_lengths = {k: len(v) for k, v in metrics.items()}
+        rounds = extra = replaced = 0
+        pool = trainer._replacement_pool(scored.inputs)
+        while rounds < self.max_rounds:
+            need = max(sum(z) for z in zero)
+            if need == 0:
+                break
+            rounds += 1
+            picks = self._draw(trainer, len(pool), world * need)[rank * need:(rank + 1) * need]
+            rows = [dict(trainer.train_dataset[int(pool[i])]) for i in picks for _ in range(G)]
+            out, rpf = scored.score(rows)
+            outputs.append(out)
+            rewards.append(rpf)
+            widths.append(need)
+            extra += world * need * G
+            fresh_zero = B.zero_std_groups(rpf, weights, G).view(world, need).tolist()
+            for r in range(world):
+                fresh = [j for j in range(need) if not fresh_zero[r][j]]
+                for g in range(n_local):
+                    if zero[r][g] and fresh:
+                        slots[r][g] = (rounds, fresh.pop(0))
+                        zero[r][g] = False
+                        replaced += 1
+        after = sum(map(sum, zero)) / (world * n_local)
+        if rounds:
+            # TRL logged reward/length metrics for the extra rounds too; keep the logs about the batch the policy
+            # produced for the sampled prompts (round 0) and report the extra rounds under resample/*.
+            for key in list(metrics):
+                if key not in saved_lengths:
+                    del metrics[key]
+                else:
+                    del metrics[key][saved_lengths[key]:]
+            scored.output = self._assemble(trainer, outputs, rewards, widths, slots)
+        metrics["resample/rounds"].append(float(rounds))
+        metrics["resample/frac_zero_std_before"].append(before)
+        metrics["resample/frac_zero_std_after"].append(after)
+        metrics["resample/extra_completions"].append(float(extra))
+        kept = sum(map(sum, zero))
+        self.totals["batches"] += 1
+        self.totals["rounds"] += rounds
+        self.totals["extra_completions"] += extra
+        self.totals["groups_replaced"] += replaced
+        self.totals["groups_kept"] += kept
+
+    def _draw(self, trainer, pool_size: int, n: int) -> list[int]:
+        """``n`` indices into the pool, identical on every rank: seeded by (seed, step, draw counter)."""
+        if pool_size == 0:
+            raise ConfigError("zero_std_resampling: no prompts to draw replacements from (empty pool).")
+        seed = trainer.args.seed if self.seed is None else self.seed
+        key = f"{seed}-{trainer.state.global_step}-{self._draws}".encode()
+        self._draws += 1
+        generator = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+        return torch.randint(pool_size, (n,), generator=generator).tolist()
+
+    def _assemble(self, trainer, outputs, rewards, widths, slots) -> dict:
+        G = trainer.num_generations
+        rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
+        picks = [(k, j * G + t) for k, j in slots[rank] for t in range(G)]
+        merged = B.take_rows(outputs, picks, trainer._tokenizer.pad_token_id, trainer.pad_to_multiple_of)
+        aggregation = getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
+        if trainer.scale_rewards == "batch" or aggregation == "normalize_then_sum":
+            final = torch.cat([
+                rewards[k][(r * widths[k] + j) * G:(r * widths[k] + j + 1) * G]
+                for r in range(world) for k, j in slots[r]
+            ])
+            advantages = B.batch_advantages(final, trainer.reward_weights, G, trainer.scale_rewards, aggregation)
+            local = len(picks)
+            merged["advantages"] = advantages[rank * local:(rank + 1) * local].to(merged["advantages"].device)
+        merged["num_items_in_batch"] = B.count_loss_tokens(merged, trainer.accelerator)
+        return merged
+
+    def state_dict(self) -> dict:
+        return {"totals": dict(self.totals), "draws": self._draws}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.totals.update(state.get("totals", {}))
+        self._draws = int(state.get("draws", 0))

@@ -1,0 +1,166 @@
+"""ZeroStdResampling: zero-std groups leave the optimised batch, ranks agree, vanilla numbers when off."""
+
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import REPO, losses_and_rewards, read_json, run_cli, tiny_grpo_args, vanilla_args, venv_bin, write_recipe
+from rookgrpo import ConfigError, RookGRPOTrainer
+from rookgrpo.batch import batch_advantages, take_rows, zero_std_groups
+from rookgrpo.callbacks import Diagnostics, ZeroStdResampling
+
+sys.path.insert(0, str(REPO / "tests" / "assets"))
+from flat_reward import mostly_flat  # noqa: E402
+
+
+@pytest.fixture()
+def flat_dataset(smoke_dataset):
+    # Half the prompts carry signal; a random batch then has about half its groups at zero std.
+    return smoke_dataset.map(lambda row, i: {"signal": i % 2 == 0}, with_indices=True)
+
+
+def _trainer(model, dataset, tmp_path, callbacks, **overrides):
+    args = tiny_grpo_args(tmp_path, **overrides)
+    return RookGRPOTrainer(model=str(model), reward_funcs=mostly_flat, args=args, train_dataset=dataset,
+                           callbacks=callbacks)
+
+
+def _history(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+def test_zero_std_share_falls_to_zero(tiny_model_dir, flat_dataset, tmp_path):
+    vanilla = _trainer(tiny_model_dir, flat_dataset, tmp_path / "v", None, max_steps=4)
+    vanilla.train()
+    assert sum(_history(vanilla, "frac_reward_zero_std")) / 4 >= 0.25  # the reward really makes zero-std groups
+
+    cb = ZeroStdResampling(max_rounds=8)
+    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path / "r", [cb], max_steps=4)
+    trainer.train()
+    before, after = _history(trainer, "resample/frac_zero_std_before"), _history(trainer, "resample/frac_zero_std_after")
+    assert len(after) == 4 and all(a == 0.0 for a in after)
+    assert max(before) > 0 and sum(_history(trainer, "resample/rounds")) > 0
+    assert sum(_history(trainer, "resample/extra_completions")) == cb.totals["extra_completions"] > 0
+    assert cb.totals["groups_replaced"] > 0 and cb.totals["groups_kept"] == 0
+
+
+def test_groups_without_signal_after_the_cap_are_kept_and_counted(tiny_model_dir, smoke_dataset, tmp_path):
+    flat = smoke_dataset.map(lambda row: {"signal": False})
+    cb = ZeroStdResampling(max_rounds=2)
+    trainer = _trainer(tiny_model_dir, flat, tmp_path, [cb], max_steps=2)
+    trainer.train()
+    assert _history(trainer, "resample/frac_zero_std_after") == [1.0, 1.0]
+    assert _history(trainer, "resample/rounds") == [2.0, 2.0]
+    assert cb.totals["groups_kept"] == 4 and cb.totals["groups_replaced"] == 0
+
+
+def test_observing_callbacks_and_zero_rounds_train_exactly_like_vanilla(tiny_model_dir, flat_dataset, tmp_path):
+    from trl import GRPOTrainer
+
+    plain = vanilla_args(tiny_grpo_args(tmp_path / "v", max_steps=3, beta=0.04), tmp_path / "v")
+    vanilla = GRPOTrainer(model=str(tiny_model_dir), reward_funcs=mostly_flat, args=plain, train_dataset=flat_dataset)
+    vanilla.train()
+    rook = _trainer(tiny_model_dir, flat_dataset, tmp_path / "r", [ZeroStdResampling(max_rounds=0), Diagnostics()],
+                    max_steps=3, beta=0.04)
+    rook.train()
+    assert losses_and_rewards(rook.state.log_history) == losses_and_rewards(vanilla.state.log_history)
+    assert _history(rook, "timing/generation")  # the diagnostics ran
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(scale_rewards="batch", gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2),
+    dict(scale_rewards="none", per_device_train_batch_size=4, steps_per_generation=2),
+    dict(multi_objective_aggregation="normalize_then_sum"),
+])
+def test_resampling_works_across_batch_layouts(tiny_model_dir, flat_dataset, tmp_path, overrides):
+    seen = []
+
+    class Check(ZeroStdResampling):
+        def on_scored_batch(self, trainer, scored):
+            super().on_scored_batch(trainer, scored)
+            seen.append(scored.output)
+
+    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path, [Check(max_rounds=8)], max_steps=4, **overrides)
+    trainer.train()
+    assert _history(trainer, "resample/frac_zero_std_after") and set(_history(trainer, "resample/frac_zero_std_after")) == {0.0}
+    for out in seen:  # every group of every optimised batch carries signal, and the batch is consistent
+        G = trainer.num_generations
+        assert (out["advantages"].view(-1, G).abs().amax(dim=1) > 0).all()
+        assert out["completion_ids"].shape == out["completion_mask"].shape
+        assert out["prompt_ids"].shape == out["prompt_mask"].shape
+        assert int(out["num_items_in_batch"]) == int(out["completion_mask"].sum())
+
+
+def test_batch_advantages_match_trl(tiny_model_dir, flat_dataset, tmp_path):
+    captured = []
+
+    class Capture(ZeroStdResampling):
+        def on_scored_batch(self, trainer, scored):
+            captured.append((scored.rewards_per_func.clone(), scored.output["advantages"].clone()))
+
+    for scale in ("group", "batch", "none"):
+        trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path / scale, [Capture()], max_steps=1,
+                           scale_rewards=scale)
+        trainer.train()
+        rewards, advantages = captured.pop()
+        ours = batch_advantages(rewards, trainer.reward_weights, trainer.num_generations, scale)
+        torch.testing.assert_close(ours, advantages, rtol=1e-5, atol=1e-6)
+
+
+def test_take_rows_repads_left_and_right():
+    a = {"prompt_ids": torch.tensor([[9, 1, 2]]), "prompt_mask": torch.tensor([[0, 1, 1]]),
+         "completion_ids": torch.tensor([[5, 6]]), "completion_mask": torch.tensor([[1, 1]]),
+         "advantages": torch.tensor([0.5])}
+    b = {"prompt_ids": torch.tensor([[3]]), "prompt_mask": torch.tensor([[1]]),
+         "completion_ids": torch.tensor([[7, 8, 4, 9]]), "completion_mask": torch.tensor([[1, 1, 1, 0]]),
+         "advantages": torch.tensor([-1.0])}
+    out = take_rows([a, b], [(1, 0), (0, 0)], pad_token_id=9)
+    assert out["prompt_ids"].tolist() == [[9, 9, 3], [9, 1, 2]] and out["prompt_mask"].tolist() == [[0, 0, 1], [0, 1, 1]]
+    assert out["completion_ids"].tolist() == [[7, 8, 4, 9], [5, 6, 9, 9]]
+    assert out["completion_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 0, 0]]
+    assert out["advantages"].tolist() == [-1.0, 0.5]
+
+
+def test_zero_std_groups_ignores_unscored_rows():
+    nan = float("nan")
+    rewards = torch.tensor([[1.0], [1.0], [0.0], [1.0], [nan], [0.3], [nan], [nan]])
+    assert zero_std_groups(rewards, torch.ones(1), 2).tolist() == [True, False, True, True]
+
+
+def test_groups_spanning_processes_are_rejected():
+    fake = SimpleNamespace(num_generations=4, train_dataset=[{}] * 8,
+                           args=SimpleNamespace(per_device_train_batch_size=2, steps_per_generation=1))
+    with pytest.raises(ConfigError, match=r"multiple of num_generations=4.*span processes"):
+        ZeroStdResampling().bind(fake)
+
+
+@pytest.mark.slow
+def test_two_process_resampling_ranks_agree(tmp_path):
+    data = tmp_path / "flat.jsonl"
+    from rookgrpo.data import load_recipe_dataset
+
+    rows = load_recipe_dataset("rookgrpo/smoke-prompts").select(range(64))
+    data.write_text("".join(json.dumps({"prompt": r["prompt"], "signal": i % 2 == 0}) + "\n" for i, r in enumerate(rows)))
+    recipe = write_recipe(
+        tmp_path / "r.yaml", max_steps=4, dataset_name=str(data), beta=0.0,
+        reward_funcs=[str(REPO / "tests/assets/flat_reward.py") + ":mostly_flat"],
+        callbacks=[{"name": "zero_std_resampling", "max_rounds": 8}, "resample_probe:ResampleProbe"],
+    )
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    proc = run_cli(
+        [venv_bin("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "-m", "rookgrpo", str(recipe),
+         "--use_cpu", "true"],
+        env={"ROOKGRPO_TEST_PROBE_DIR": str(probe), "PYTHONPATH": str(REPO / "tests" / "assets")}, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [[json.loads(line) for line in (probe / f"rank-{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == 4
+    assert [x["resample/rounds"] for x in ranks[0]] == [x["resample/rounds"] for x in ranks[1]]
+    assert all(x["zero_groups_local"] == 0 and x["local_rows"] == 8 for rank in ranks for x in rank)
+    state = read_json(tmp_path / "out" / "trainer_state.json")
+    before = [h["resample/frac_zero_std_before"] for h in state["log_history"] if "resample/frac_zero_std_before" in h]
+    assert max(before) > 0 and state["global_step"] == 4
