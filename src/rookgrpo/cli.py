@@ -7,6 +7,7 @@ traceback; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
@@ -141,6 +142,18 @@ def _cmd_plot(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _cmd_inspect(args: argparse.Namespace, extra: list[str]) -> int:
+    from .inspection import format_report, inspect_recipe
+
+    report = inspect_recipe([args.recipe, *extra])
+    print(format_report(report, max_groups=args.groups))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2, default=str))
+        print(f"wrote {args.json}")
+    return 0
+
+
 def _engine_settings(args: argparse.Namespace):
     from .chess.engine import EngineSettings
 
@@ -185,6 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("recipe", help="recipe YAML, e.g. recipes/rookworld-tiny.yaml")
     p.set_defaults(func=_cmd_train, allow_extra=True)
+    p = sub.add_parser(
+        "inspect",
+        help="one real training step of a recipe on one batch, printed phase by phase (one process, no launch)",
+    )
+    p.add_argument("recipe", help="recipe YAML (extra --field value flags override it)")
+    p.add_argument("--json", default=None, help="also write the full report as JSON here")
+    p.add_argument("--groups", type=int, default=4, help="groups to print in full (default 4)")
+    p.set_defaults(func=_cmd_inspect, allow_extra=True)
     p = sub.add_parser("rewards", help="list the registered reward functions")
     p.set_defaults(func=_cmd_rewards, allow_extra=False)
     p = sub.add_parser("data", help="RookWorld data tools")

@@ -14,7 +14,8 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 
-def main(argv: Sequence[str]) -> int:
+def build_trainer(argv: Sequence[str], extra_callbacks: Sequence = ()):
+    """Parse a recipe (plus ``--field value`` overrides) and build its trainer; returns (trainer, script_args, model)."""
     from trl import get_peft_config, get_quantization_config
 
     from .assets import resolve_model
@@ -57,10 +58,16 @@ def main(argv: Sequence[str]) -> int:
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        callbacks=script_args.callbacks,
+        callbacks=[*(script_args.callbacks or []), *extra_callbacks] or None,
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
     )
+    return trainer, script_args, model_path
+
+
+def main(argv: Sequence[str]) -> int:
+    trainer, script_args, model_path = build_trainer(argv)
+    training_args = trainer.args
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.save_state()  # trainer_state.json with the log history (what `rookgrpo plot` reads)

@@ -82,6 +82,7 @@ class RookGRPOTrainer(GRPOTrainer):
         for callback in self._rook_callbacks():
             callback.bind(self)
         self._batch_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_scored_batch")]
+        self._log_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_log")]
 
     # ---- hooks around TRL's generation step -------------------------------------------------------------------
     # With no rookgrpo callback and no task settings these call straight through to TRL (tested: identical runs).
@@ -134,6 +135,12 @@ class RookGRPOTrainer(GRPOTrainer):
             return super()._get_per_token_logps_and_entropies(*args, **kwargs)
         finally:
             self._phase_times["reference"] += time.perf_counter() - start
+
+    def log(self, logs, *args, **kwargs):
+        """TRL's log, after callbacks with ``before_log`` (e.g. diagnostics) added values derived from the step."""
+        for callback in getattr(self, "_log_hooks", ()):
+            callback.before_log(self, logs)
+        return super().log(logs, *args, **kwargs)
 
     def _take_phase_times(self) -> dict[str, float]:
         times, self._phase_times = dict(self._phase_times), defaultdict(float)
@@ -202,9 +209,10 @@ class RookGRPOTrainer(GRPOTrainer):
 
 @dataclass
 class ScoredBatch:
-    """What the scored-batch hooks see and may change: TRL's scored batch for ``inputs`` (``output``), the rewards
-    of every completion on every process (``rewards_per_func``, gathered by TRL), the batch as first scored
-    (``first_output``), and ``score(rows)`` to generate and score more rows the same way."""
+    """What the scored-batch hooks see and may change: the rows (``inputs``), TRL's scored batch for them
+    (``output``), the rewards of every completion on every process (``rewards_per_func``, gathered by TRL), the
+    batch as first scored (``first_output``), and ``score(rows)`` to generate and score more rows the same way.
+    A hook that replaces rows (resampling) updates ``inputs``, ``output`` and ``rewards_per_func`` together."""
 
     inputs: list[dict]
     output: dict

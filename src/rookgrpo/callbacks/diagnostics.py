@@ -102,10 +102,14 @@ class Diagnostics(RookCallback):
             self.trainer._metrics["train"]["timing/step"].append(time.perf_counter() - self._step_start)
             self._step_start = None
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs or "loss" not in logs or "kl" not in logs:
+    # The trainer calls this before TRL adds its metric averages to ``logs`` and logs them.
+    def before_log(self, trainer, logs: dict) -> None:
+        metrics = trainer._metrics["train" if trainer.model.training else "eval"]
+        kl_values, beta_values = list(metrics.get("kl", [])), list(metrics.get("beta", []))
+        if "loss" not in logs or not kl_values:
             return
-        kl_term = float(logs.get("beta", self.trainer.beta)) * float(logs["kl"])
+        beta = sum(beta_values) / len(beta_values) if beta_values else trainer.beta
+        kl_term = beta * sum(kl_values) / len(kl_values)
         total = abs(float(logs["loss"]) - kl_term) + abs(kl_term)
         logs["loss/kl_share"] = abs(kl_term) / total if total > 0 else 0.0
 

@@ -83,7 +83,7 @@ class ZeroStdResampling(RookCallback):
         n_local = len(scored.inputs) // G
         zero = B.zero_std_groups(scored.rewards_per_func, weights, G).view(world, n_local).tolist()
         before = sum(map(sum, zero)) / (world * n_local)
-        outputs, rewards, widths = [scored.output], [scored.rewards_per_func], [n_local]
+        outputs, rewards, widths, rows_per_round = [scored.output], [scored.rewards_per_func], [n_local], [scored.inputs]
         slots = [[(0, g) for g in range(n_local)] for _ in range(world)]
         metrics = trainer._metrics["train"]
         saved_lengths = {k: len(v) for k, v in metrics.items()}
@@ -97,6 +97,7 @@ class ZeroStdResampling(RookCallback):
             picks = self._draw(trainer, len(pool), world * need)[rank * need:(rank + 1) * need]
             rows = [dict(trainer.train_dataset[int(pool[i])]) for i in picks for _ in range(G)]
             out, rpf = scored.score(rows)
+            rows_per_round.append(rows)
             outputs.append(out)
             rewards.append(rpf)
             widths.append(need)
@@ -118,7 +119,8 @@ class ZeroStdResampling(RookCallback):
                     del metrics[key]
                 else:
                     del metrics[key][saved_lengths[key]:]
-            scored.output = self._assemble(trainer, outputs, rewards, widths, slots)
+            scored.output, scored.rewards_per_func = self._assemble(trainer, outputs, rewards, widths, slots)
+            scored.inputs = [rows_per_round[k][j * G + t] for k, j in slots[rank] for t in range(G)]
         metrics["resample/rounds"].append(float(rounds))
         metrics["resample/frac_zero_std_before"].append(before)
         metrics["resample/frac_zero_std_after"].append(after)
@@ -140,22 +142,22 @@ class ZeroStdResampling(RookCallback):
         generator = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
         return torch.randint(pool_size, (n,), generator=generator).tolist()
 
-    def _assemble(self, trainer, outputs, rewards, widths, slots) -> dict:
+    def _assemble(self, trainer, outputs, rewards, widths, slots):
+        """The final local batch and the final gathered rewards, from the groups each slot now points to."""
         G = trainer.num_generations
         rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
         picks = [(k, j * G + t) for k, j in slots[rank] for t in range(G)]
         merged = B.take_rows(outputs, picks, trainer._tokenizer.pad_token_id, trainer.pad_to_multiple_of)
+        final = torch.cat([
+            rewards[k][(r * widths[k] + j) * G:(r * widths[k] + j + 1) * G] for r in range(world) for k, j in slots[r]
+        ])
         aggregation = getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
         if trainer.scale_rewards == "batch" or aggregation == "normalize_then_sum":
-            final = torch.cat([
-                rewards[k][(r * widths[k] + j) * G:(r * widths[k] + j + 1) * G]
-                for r in range(world) for k, j in slots[r]
-            ])
             advantages = B.batch_advantages(final, trainer.reward_weights, G, trainer.scale_rewards, aggregation)
             local = len(picks)
             merged["advantages"] = advantages[rank * local:(rank + 1) * local].to(merged["advantages"].device)
         merged["num_items_in_batch"] = B.count_loss_tokens(merged, trainer.accelerator)
-        return merged
+        return merged, final
 
     def state_dict(self) -> dict:
         return {"totals": dict(self.totals), "draws": self._draws}
