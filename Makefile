@@ -10,13 +10,17 @@ TORCH_VERSION ?= 2.13.0
 # Oldest TRL release rookgrpo supports (keep in sync with pyproject.toml); `make test-oldest-trl` checks it.
 OLDEST_TRL ?= 1.10.0
 OLDEST_VENV ?= .venv-oldest-trl
-RECIPE ?= recipes/smoke.yaml
+RECIPE ?= recipes/rookworld-tiny.yaml
+RUN_DIR ?= runs/rookworld-tiny
+EVAL_DATA ?= rookgrpo/tiny-rookworld-eval
+EVAL_DEPTH ?= 8
 PYTEST_ARGS ?=
 
-.PHONY: help setup train test test-oldest-trl install-check bench stockfish clean
+.PHONY: help setup train train-smoke test test-oldest-trl install-check bench stockfish clean
 
 help:
-	@echo "make train            GRPO on the embedded default recipe ($(RECIPE)), CPU, no network"
+	@echo "make train            GRPO on the embedded default ($(RECIPE)): evaluate before, train, evaluate after, plot"
+	@echo "make train-smoke      one-minute GRPO smoke run on a random char model (recipes/smoke.yaml)"
 	@echo "make test             the test suite"
 	@echo "make test-oldest-trl  the test suite against TRL $(OLDEST_TRL) in $(OLDEST_VENV)"
 	@echo "make install-check    pip install . (wheel) into a venv with TRL and import it from outside the repo"
@@ -38,8 +42,17 @@ stockfish:
 		$$SUDO apt-get update && $$SUDO apt-get install -y stockfish; \
 	fi
 
+# The main job: held-out evaluation of the packaged model, GRPO on it, the same evaluation after, and the curves.
 train: setup
-	$(VENV)/bin/accelerate launch --num_processes 1 -m rookgrpo $(RECIPE)
+	$(VENV)/bin/rookgrpo evaluate --model rookgrpo/tiny-rookworld --data $(EVAL_DATA) --depth $(EVAL_DEPTH) \
+		--out $(RUN_DIR)/eval_before.json
+	$(VENV)/bin/accelerate launch --num_processes 1 -m rookgrpo $(RECIPE) --output_dir $(RUN_DIR)
+	$(VENV)/bin/rookgrpo evaluate --model $(RUN_DIR) --data $(EVAL_DATA) --depth $(EVAL_DEPTH) \
+		--out $(RUN_DIR)/eval_after.json --baseline $(RUN_DIR)/eval_before.json
+	$(VENV)/bin/rookgrpo plot $(RUN_DIR)
+
+train-smoke: setup
+	$(VENV)/bin/accelerate launch --num_processes 1 -m rookgrpo recipes/smoke.yaml
 	$(VENV)/bin/rookgrpo plot runs/smoke
 
 test: setup

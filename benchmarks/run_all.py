@@ -23,6 +23,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("chess_rewards_model_like", "bench_chess_rewards", ["--mix", "model-like"]),
     ("chess_rewards_random", "bench_chess_rewards", ["--mix", "random"]),
     ("code_exec", "bench_code_exec", []),
+    ("step_time", "bench_step_time", []),
+    ("resampling_cost", "bench_resampling", []),
 ]
 
 

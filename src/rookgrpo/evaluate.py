@@ -132,6 +132,23 @@ def format_table(metrics: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_comparison(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Before → after per metric, with the difference in units of its standard error (|z| >= 2: likely signal).
+
+    The standard error of the difference treats the two evaluations as independent, which is conservative for the
+    same positions (a paired comparison would be tighter).
+    """
+    lines = [f"{'metric':44s} {'before':>8s} {'after':>8s} {'change':>8s} {'z':>6s}", "-" * 78]
+    for key, label in METRIC_ROWS:
+        if key in before and key in after:
+            diff = after[key] - before[key]
+            se = math.sqrt(before[key + "_se"] ** 2 + after[key + "_se"] ** 2)
+            z = diff / se if se > 0 else float("nan")
+            lines.append(f"{label:44s} {before[key]:8.3f} {after[key]:8.3f} {diff:+8.3f} {z:6.1f}")
+    lines.append(f"(P: rows {after['n_policy']}, A: rows {after['n_env']}; z = change / standard error of the change)")
+    return "\n".join(lines)
+
+
 def write_json(metrics: dict[str, Any], path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(metrics, indent=2))

@@ -24,9 +24,25 @@ def _tiny_random() -> Path:
     return build_tiny_gpt2(cache_dir() / "models" / "tiny-random-v1", TinyGPT2Spec())
 
 
-# name → callable returning a local directory (built on first use).
+TINY_ROOKWORLD = ASSETS_DIR / "tiny-rookworld"
+
+
+def _tiny_rookworld() -> Path:
+    """The packaged SFT chess model (made by scripts/build_tiny_model.py; see its README.md model card)."""
+    if not (TINY_ROOKWORLD / "model.safetensors").exists():
+        from ..errors import ConfigError
+
+        raise ConfigError(
+            f"model_name_or_path: rookgrpo/tiny-rookworld is not in this installation ({TINY_ROOKWORLD} has no "
+            "model.safetensors). Rebuild it with `python scripts/build_tiny_model.py` from a source checkout."
+        )
+    return TINY_ROOKWORLD
+
+
+# name → callable returning a local directory (packaged, or built on first use).
 MODELS = {
     "tiny-random": _tiny_random,
+    "tiny-rookworld": _tiny_rookworld,
 }
 def _code_rows(source: str, chat: bool):
     def build():
@@ -45,6 +61,9 @@ def _code_rows(source: str, chat: bool):
 # name → packaged data file.
 DATASETS = {
     "smoke-prompts": ASSETS_DIR / "smoke_prompts.jsonl",
+    # RookWorld lines (compact layout) shipped with the tiny model: GRPO positions and held-out evaluation positions.
+    "tiny-rookworld-train": TINY_ROOKWORLD / "train_positions.txt",
+    "tiny-rookworld-eval": TINY_ROOKWORLD / "eval_positions.txt",
 }
 # name → builder returning a datasets.Dataset (data that ships inside a dependency, e.g. HumanEval).
 DATASET_BUILDERS = {
