@@ -25,6 +25,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("code_exec", "bench_code_exec", []),
     ("step_time", "bench_step_time", []),
     ("resampling_cost", "bench_resampling", []),
+    ("tiny_grpo_quality", "bench_tiny_grpo", []),
 ]
 
 

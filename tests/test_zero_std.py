@@ -71,7 +71,7 @@ def test_observing_callbacks_and_zero_rounds_train_exactly_like_vanilla(tiny_mod
 
 
 @pytest.mark.parametrize("overrides", [
-    dict(scale_rewards="batch", gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2),
+    dict(scale_rewards="batch", gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2, beta=0.04),
     dict(scale_rewards="none", per_device_train_batch_size=4, steps_per_generation=2),
     dict(multi_objective_aggregation="normalize_then_sum"),
 ])
@@ -92,6 +92,17 @@ def test_resampling_works_across_batch_layouts(tiny_model_dir, flat_dataset, tmp
         assert out["completion_ids"].shape == out["completion_mask"].shape
         assert out["prompt_ids"].shape == out["prompt_mask"].shape
         assert int(out["num_items_in_batch"]) == int(out["completion_mask"].sum())
+        # Log-probs computed at scoring time match the spliced batch's padding (else the KL compares shifted
+        # positions): recomputing them on the final tensors gives the same numbers.
+        ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+        mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+        keep = out["completion_mask"].bool()
+        # (The reference model is fixed; the policy has moved on since, so only the reference can be re-checked.)
+        if "ref_per_token_logps" in out:
+            with torch.no_grad():
+                fresh, _, _ = trainer._get_per_token_logps_and_entropies(trainer.ref_model, ids, mask,
+                                                                         out["completion_ids"].size(1))
+            torch.testing.assert_close(out["ref_per_token_logps"][keep], fresh[keep], rtol=1e-4, atol=1e-4)
 
 
 def test_batch_advantages_match_trl(tiny_model_dir, flat_dataset, tmp_path):

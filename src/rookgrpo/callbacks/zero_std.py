@@ -15,7 +15,8 @@ configurations where the per-rank generation batch is not a multiple of ``num_ge
 Advantages: with per-group scaling (``scale_rewards: group`` or ``none``) each kept group carries the advantages TRL
 computed for it. Under ``scale_rewards: batch`` or ``multi_objective_aggregation: normalize_then_sum`` advantages
 depend on the whole batch, so they are recomputed over the final batch. The loss normaliser
-(``num_items_in_batch``) is recounted too. Cost: replaced groups were fully scored (generation, log-probs, rewards)
+(``num_items_in_batch``) is recounted, and the reference/old-policy log-probs are recomputed on the final padding
+(see :func:`_rescore_logps`). Cost: replaced groups were fully scored (generation, log-probs, rewards)
 before being dropped; ``resample/extra_completions`` reports what the extra rounds generated.
 """
 
@@ -157,6 +158,7 @@ class ZeroStdResampling(RookCallback):
             local = len(picks)
             merged["advantages"] = advantages[rank * local:(rank + 1) * local].to(merged["advantages"].device)
         merged["num_items_in_batch"] = B.count_loss_tokens(merged, trainer.accelerator)
+        _rescore_logps(trainer, merged)
         return merged, final
 
     def state_dict(self) -> dict:
@@ -165,3 +167,35 @@ class ZeroStdResampling(RookCallback):
     def load_state_dict(self, state: dict) -> None:
         self.totals.update(state.get("totals", {}))
         self._draws = int(state.get("draws", 0))
+
+
+def _rescore_logps(trainer, merged: dict) -> None:
+    """Recompute the reference (and old-policy) log-probs of a spliced batch on its final padding.
+
+    Why: models without explicit position ids (GPT-2, and every model TRL scores, since it passes none) number
+    positions from the left edge, padding included. Splicing rounds re-pads prompts to a common width, which shifts a
+    row's positions, so log-probs TRL computed on the round's own padding no longer match what the loss computes;
+    the KL term would compare two different positions (we saw KL jump from 0.005 to 9 nats/token). The passes run on
+    every rank whenever a round was added (a global decision), so sharded models (ZeRO-3, FSDP) stay in step.
+    Known limit: with vLLM importance-sampling correction the ratio is kept as TRL computed it.
+    """
+    import torch
+    from trl.trainer import grpo_trainer
+
+    ids = torch.cat([merged["prompt_ids"], merged["completion_ids"]], dim=1)
+    mask = torch.cat([merged["prompt_mask"], merged["completion_mask"]], dim=1)
+    keep = merged["completion_ids"].size(1)
+    batch_size = trainer.args.per_device_train_batch_size
+    with torch.no_grad():
+        if "old_per_token_logps" in merged:
+            merged["old_per_token_logps"], _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, mask, keep, batch_size)
+        if "ref_per_token_logps" in merged:
+            if trainer.ref_model is not None:
+                merged["ref_per_token_logps"], _, _ = trainer._get_per_token_logps_and_entropies(
+                    trainer.ref_model, ids, mask, keep, batch_size)
+            else:  # PEFT: the reference is the base model (adapter off), or a saved "ref" adapter, as in TRL
+                model = trainer.accelerator.unwrap_model(trainer.model)
+                with grpo_trainer.use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                    merged["ref_per_token_logps"], _, _ = trainer._get_per_token_logps_and_entropies(
+                        trainer.model, ids, mask, keep, batch_size)
