@@ -18,17 +18,15 @@ from common import finish  # benchmarks/common.py
 
 
 def build(cls, model_dir, dataset, out, steps):
+    from trl import GRPOConfig
+
     from rookgrpo import RookGRPOConfig
     from rookgrpo.rewards.basic import uci_charset
 
-    args = RookGRPOConfig(output_dir=out, seed=3, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
-                          learning_rate=1e-3, max_steps=steps, per_device_train_batch_size=16, num_generations=8,
-                          max_completion_length=32, logging_steps=1, disable_tqdm=True, beta=0.04)
-    if cls.__name__ == "GRPOTrainer":
-        from trl import GRPOConfig
-
-        args = GRPOConfig(**{k: getattr(args, k) for k in GRPOConfig.__dataclass_fields__
-                             if GRPOConfig.__dataclass_fields__[k].init and hasattr(args, k)})
+    settings = dict(output_dir=out, seed=3, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+                    learning_rate=1e-3, max_steps=steps, per_device_train_batch_size=16, num_generations=8,
+                    max_completion_length=32, logging_steps=1, disable_tqdm=True, beta=0.04)
+    args = (GRPOConfig if cls.__name__ == "GRPOTrainer" else RookGRPOConfig)(**settings)
     return cls(model=str(model_dir), reward_funcs=uci_charset, args=args, train_dataset=dataset)
 
 

@@ -60,6 +60,7 @@ def run(variant: str, seed: int, steps: int, tmp: str):
         fields = {k: getattr(trainer.args, k) for k, f in GRPOConfig.__dataclass_fields__.items()
                   if f.init and hasattr(trainer.args, k)}
         fields.update(output_dir=out)
+        fields.pop("generation_batch_size", None)  # derived from steps_per_generation; TRL rejects both
         # Rewards already resolved by name (and configured with the recipe's Stockfish settings) by the recipe's
         # trainer; the vanilla trainer gets the same objects.
         trainer = GRPOTrainer(model=model_path, reward_funcs=trainer.reward_funcs, args=GRPOConfig(**fields),

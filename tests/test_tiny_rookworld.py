@@ -37,12 +37,14 @@ def test_train_and_eval_positions_are_disjoint_and_cover_both_tasks():
 def test_the_packaged_model_knows_the_format(engine_settings):
     from rookgrpo.evaluate import evaluate
 
-    metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", n=48, settings=engine_settings,
+    metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", settings=engine_settings,
                        progress=False)
-    # Learned the format and mostly legal moves, but far from solved: room for GRPO to improve.
-    assert metrics["format_rate"] > 0.5
-    assert 0.1 < metrics["legal_move_rate"]
-    assert 0.02 < metrics["best_move_reward"] < 0.9
+    # It writes both tasks' formats (A: earns partial credit field by field) and some legal moves, far from solved.
+    assert 0.2 < metrics["env_reward"] < 0.9
+    assert 0.0 < metrics["legal_move_rate"] < 0.9
+    assert metrics["best_move_reward"] < 0.9
+    samples = [s["completion"] for s in metrics["samples"]]
+    assert any(" B: " in c for c in samples) and any(c.count("+") >= 3 for c in samples)
 
 
 @pytest.mark.slow
