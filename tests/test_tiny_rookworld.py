@@ -1,5 +1,7 @@
 """The embedded default: the packaged chess model and positions load by short name, and the recipe trains."""
 
+from pathlib import Path
+
 import pytest
 
 from conftest import REPO, read_json, run_cli, venv_bin
@@ -15,7 +17,7 @@ def test_packaged_assets_are_small_and_load_by_short_name():
     total = sum(f.stat().st_size for f in TINY_ROOKWORLD.rglob("*") if f.is_file())
     assert total < 20e6
     path = resolve_model("rookgrpo/tiny-rookworld")
-    assert path == TINY_ROOKWORLD
+    assert Path(path) == TINY_ROOKWORLD
     AutoModelForCausalLM.from_pretrained(path)
     AutoTokenizer.from_pretrained(path)
     assert (TINY_ROOKWORLD / "README.md").read_text().startswith("# rookgrpo/tiny-rookworld")
@@ -37,7 +39,7 @@ def test_train_and_eval_positions_are_disjoint_and_cover_both_tasks():
 def test_the_packaged_model_knows_the_format(engine_settings):
     from rookgrpo.evaluate import evaluate
 
-    metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", settings=engine_settings,
+    metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", n=128, settings=engine_settings,
                        progress=False)
     # It writes both tasks' formats (A: earns partial credit field by field) and some legal moves, far from solved.
     assert 0.2 < metrics["env_reward"] < 0.9
