@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from trl.trainer.utils import nanstd  # TRL's own, so recomputed advantages match TRL's exactly
 
 # key → (side, pad value or "pad_token") for the per-row tensors of a scored batch.
 ROW_KEYS: dict[str, tuple[str, Any]] = {
@@ -95,16 +96,6 @@ def zero_std_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group
     mean = filled.sum(dim=1) / count.clamp(min=1)
     spread = torch.where(finite, (filled - mean.unsqueeze(1)).abs(), torch.zeros_like(filled)).amax(dim=1)
     return (count < 2) | torch.isclose(spread, torch.zeros_like(spread), atol=1e-6)
-
-
-def nanstd(x: torch.Tensor, dim: int | None = None, keepdim: bool = False) -> torch.Tensor:
-    """Unbiased standard deviation ignoring NaN entries (TRL's convention)."""
-    if dim is None:
-        x, dim = x.reshape(-1), 0
-    mean = torch.nanmean(x, dim=dim, keepdim=True)
-    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
-    std = (torch.nansum((x - mean) ** 2, dim=dim, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
-    return std if keepdim else std.squeeze(dim)
 
 
 def batch_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int, scale_rewards: str,

@@ -48,7 +48,9 @@ def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens
     return out
 
 
-def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and its standard error over ``values`` (NaN entries skipped); NaNs when nothing is left."""
+    values = [v for v in values if not math.isnan(v)]
     n = len(values)
     if n == 0:
         return float("nan"), float("nan")
@@ -81,7 +83,7 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
         per_metric["env_exact_accuracy"] = [float(x == 1.0) for x in env]
         per_metric["env_reward"] = [float(x) for x in env]
     for name, values in per_metric.items():
-        mean, se = _mean_se(values)
+        mean, se = mean_se(values)
         metrics[name] = mean
         metrics[f"{name}_se"] = se
     return metrics

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .callbacks.base import RookCallback
+from .callbacks.diagnostics import kl_share
+from .evaluate import mean_se
 
 
 class StepRecorder(RookCallback):
@@ -86,18 +88,9 @@ def inspect_recipe(argv: Sequence[str]) -> dict[str, Any]:
         "num_generations": G,
         "batch": {k: v for k, v in batch.items() if k != "inputs"},
         "step": recorder.step,
-        "reward_before": _mean_se(batch["rewards"]) if batch["rewards"] is not None else None,
-        "reward_after": _mean_se(after[:len(batch["prompts"])]),
+        "reward_before": mean_se(batch["rewards"]) if batch["rewards"] is not None else None,
+        "reward_after": mean_se(after[:len(batch["prompts"])]),
     }
-
-
-def _mean_se(values: Sequence[float]) -> tuple[float, float]:
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    if not values:
-        return float("nan"), float("nan")
-    mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
-    return mean, math.sqrt(var / len(values))
 
 
 def _short(text: str, width: int = 72) -> str:
@@ -135,7 +128,7 @@ def format_report(report: dict[str, Any], max_groups: int = 4) -> str:
     lines += ["", "3. loss"]
     if kl is not None:
         kl_term = beta * kl
-        share = abs(kl_term) / (abs(loss - kl_term) + abs(kl_term)) if (abs(loss - kl_term) + abs(kl_term)) else 0.0
+        share = kl_share(loss, kl_term)
         lines.append(f"  loss {loss:.6f} = policy term {loss - kl_term:.6f} + beta·KL {kl_term:.6f} "
                      f"(beta {beta:g}, per-token KL {kl:.6f}; KL share {share:.0%})")
     else:

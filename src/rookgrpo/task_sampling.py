@@ -54,6 +54,14 @@ def parse_task_generation_kwargs(value: Any) -> dict[str, dict[str, Any]] | None
     return out
 
 
+def indices_by_task(tasks: Sequence[str]) -> dict[str, list[int]]:
+    """Row indices per task, in row order."""
+    by_task: dict[str, list[int]] = {}
+    for i, task in enumerate(tasks):
+        by_task.setdefault(task, []).append(i)
+    return by_task
+
+
 class TaskGroupedRepeatSampler(RepeatSampler):
     """TRL's ``RepeatSampler`` with every chunk (one global generation batch of unique prompts) drawn from one task.
 
@@ -65,10 +73,7 @@ class TaskGroupedRepeatSampler(RepeatSampler):
                  repeat_count: int = 1, shuffle: bool = True, seed: int | None = None):
         super().__init__(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)
         self.tasks = list(tasks)
-        by_task: dict[str, list[int]] = {}
-        for i, task in enumerate(self.tasks):
-            by_task.setdefault(task, []).append(i)
-        self.by_task = by_task
+        self.by_task = by_task = indices_by_task(self.tasks)
         short = [t for t, idx in by_task.items() if len(idx) < batch_size]
         if len(short) == len(by_task):
             raise ConfigError(

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from trl import GRPOTrainer
 
 from .assets import resolve_model
@@ -75,6 +76,7 @@ class RookGRPOTrainer(GRPOTrainer):
         self._phase_times: dict[str, float] = defaultdict(float)
         self._last_rewards_per_func = None
         self._task_settings = None
+        self._pool_by_task: dict[str, list[int]] | None = None  # built on the first resampled batch
         if getattr(self.args, "task_generation_kwargs", None):
             from .task_sampling import TaskSettings
 
@@ -126,8 +128,6 @@ class RookGRPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         # Calls outside the loss (reference model, old policy) happen under no_grad in the scoring phase.
-        import torch
-
         if not self._phase_timing or torch.is_grad_enabled():
             return super()._get_per_token_logps_and_entropies(*args, **kwargs)
         start = time.perf_counter()
@@ -168,14 +168,11 @@ class RookGRPOTrainer(GRPOTrainer):
         n = len(self.train_dataset)
         if self._task_settings is None:
             return list(range(n))
-        from .task_sampling import batch_task
+        from .task_sampling import batch_task, indices_by_task
 
-        task = batch_task(inputs, self.args.task_column)
-        if not hasattr(self, "_pool_by_task"):
-            self._pool_by_task: dict[str, list[int]] = defaultdict(list)
-            for i, t in enumerate(self.train_dataset[self.args.task_column]):
-                self._pool_by_task[t].append(i)
-        return self._pool_by_task.get(task, list(range(n)))
+        if self._pool_by_task is None:
+            self._pool_by_task = indices_by_task(self.train_dataset[self.args.task_column])
+        return self._pool_by_task.get(batch_task(inputs, self.args.task_column), list(range(n)))
 
     CALLBACK_STATE_FILE = "rookgrpo_callbacks.json"
 

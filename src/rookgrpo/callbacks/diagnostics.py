@@ -42,6 +42,12 @@ IDENTICAL_HELP = (
 )
 
 
+def kl_share(loss: float, kl_term: float) -> float:
+    """Share of the loss magnitude from the KL term: ``|beta·kl| / (|loss − beta·kl| + |beta·kl|)``."""
+    total = abs(loss - kl_term) + abs(kl_term)
+    return abs(kl_term) / total if total > 0 else 0.0
+
+
 @register_callback("diagnostics")
 class Diagnostics(RookCallback):
     """Per-phase timing, identical-group share, KL share of the loss, and rate-limited warnings."""
@@ -109,9 +115,7 @@ class Diagnostics(RookCallback):
         if "loss" not in logs or not kl_values:
             return
         beta = sum(beta_values) / len(beta_values) if beta_values else trainer.beta
-        kl_term = beta * sum(kl_values) / len(kl_values)
-        total = abs(float(logs["loss"]) - kl_term) + abs(kl_term)
-        logs["loss/kl_share"] = abs(kl_term) / total if total > 0 else 0.0
+        logs["loss/kl_share"] = kl_share(float(logs["loss"]), beta * sum(kl_values) / len(kl_values))
 
     def state_dict(self) -> dict:
         return {"last_warned": self._last_warned, "held_back": self._held_back}
