@@ -4,7 +4,7 @@ Same config, model, data, reward and seed; the two trainers are built once each 
 blocks (vanilla, rookgrpo, vanilla, ...), so load on the machine hits both alike. The metric is the median of TRL's
 own per-step ``step_time`` over the measured blocks (the first block of each is a warm-up). Target: ratio <= 1.03.
 
-    python benchmarks/bench_step_time.py [--steps 10] [--blocks 4]
+    python benchmarks/bench_step_time.py [--steps 10] [--blocks 6]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def step_times(trainer) -> list[float]:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=10, help="optimizer steps per block")
-    ap.add_argument("--blocks", type=int, default=4, help="blocks per trainer (the first is a warm-up)")
+    ap.add_argument("--blocks", type=int, default=6, help="blocks per trainer (the first is a warm-up)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     from trl import GRPOTrainer
