@@ -5,20 +5,26 @@ Why: RookWorld-LM-124M and its dataset live on a hub our machines cannot reach, 
 floor reward on every completion, so GRPO has nothing to learn from. This script makes a starting point that has
 learned the format and plays legal, often reasonable moves, yet leaves room to improve.
 
-Steps (each seeded, so a rebuild reproduces the shipped numbers within noise):
+Steps (each seeded, so a rebuild reproduces the shipped numbers within noise), runnable one at a time with
+``--stage`` so the SFT can go to a GPU machine while the Stockfish work stays on a CPU one:
 
-1. generate RookWorld lines (``P:`` and ``A:``, compact layout) with :func:`rookgrpo.chess.data.generate` and split
-   them into SFT data, GRPO training positions and held-out evaluation positions (no FEN shared between splits);
-2. build a randomly initialised char-level GPT-2 (:mod:`rookgrpo.tiny_model`) and fine-tune it with TRL's
-   ``SFTTrainer`` on prompt/completion pairs (loss on the completion only), on CPU;
-3. evaluate it with ``rookgrpo evaluate`` on the held-out positions;
-4. write model, tokenizer, positions and a model card (how it was made, its numbers) to
-   ``src/rookgrpo/assets/tiny-rookworld/``.
+1. ``data``: generate RookWorld lines (``P:`` and ``A:``, compact layout) with :func:`rookgrpo.chess.data.generate`
+   and split them into SFT data, GRPO training positions and held-out evaluation positions (no FEN shared between
+   splits); cached in ``--work``;
+2. ``sft``: build a randomly initialised char-level GPT-2 (:mod:`rookgrpo.tiny_model`) and fine-tune it with TRL's
+   ``SFTTrainer`` on prompt/completion pairs (loss on the completion only), on a GPU when there is one, else CPU;
+3. ``finish``: evaluate it with ``rookgrpo evaluate`` on the held-out positions and write model, tokenizer, positions
+   and a model card (how it was made, its numbers) to ``src/rookgrpo/assets/tiny-rookworld/``.
 
-Run time on the 2-core reference machine with the defaults: about 25 minutes (data ~4 min, SFT ~20 min)::
+``--stage all`` (the default) runs the three in a row. Run time of the shipped build is in its model card
+(``build_info.json``): data about 40 minutes on the 2-core reference machine (Stockfish bound), SFT a few minutes on
+one H200 GPU or several hours on 2 CPU cores, evaluation a few minutes::
 
-    python scripts/build_tiny_model.py                 # writes src/rookgrpo/assets/tiny-rookworld
-    python scripts/build_tiny_model.py --out /tmp/tr   # a rebuild elsewhere, e.g. to compare numbers
+    python scripts/build_tiny_model.py                          # everything, writes src/rookgrpo/assets/tiny-rookworld
+    python scripts/build_tiny_model.py --stage data             # CPU machine with Stockfish
+    python scripts/build_tiny_model.py --stage sft              # GPU machine, with build/tiny-rookworld copied over
+    python scripts/build_tiny_model.py --stage finish           # back on the Stockfish machine
+    python scripts/build_tiny_model.py --out /tmp/tr --work /tmp/trw   # a rebuild elsewhere, to compare numbers
 """
 
 from __future__ import annotations
@@ -53,7 +59,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--workers", type=int, default=2, help="Stockfish processes")
-    return p.parse_args(argv)
+    p.add_argument("--stage", choices=("all", "data", "sft", "finish"), default="all",
+                   help="run one stage (data, sft, finish) or all three")
+    p.add_argument("--max_steps", type=int, default=-1, help="cap SFT steps (timing runs); -1 trains all epochs")
+    args = p.parse_args(argv)
+    for name in ("n_lines", "n_eval", "n_layer", "n_head", "n_embd", "batch_size", "workers"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.n_embd % args.n_head:
+        p.error(f"--n_embd ({args.n_embd}) must be a multiple of --n_head ({args.n_head})")
+    return args
 
 
 def make_data(args, work: Path) -> dict[str, list[str]]:
@@ -66,9 +81,13 @@ def make_data(args, work: Path) -> dict[str, list[str]]:
     if cache.exists():
         lines = cache.read_text().splitlines()
     else:
+        t0 = time.time()
         settings = EngineSettings(depth=args.label_depth, workers=args.workers)
         lines = generate(args.n_lines, tasks=("P", "A"), seed=args.seed, settings=settings, layout=COMPACT)
         write_lines(lines, str(cache))
+        info = {"seconds": round(time.time() - t0), "machine": f"CPU ({os.cpu_count()} cores)",
+                "stockfish_workers": args.workers}
+        cache.with_suffix(".json").write_text(json.dumps(info, indent=2))
     # Split by the position a line is about (P: its FEN, A: the FEN before the move), so no held-out position is
     # ever seen in SFT. Positions are shuffled with the seed; the first go to eval, the next to GRPO, the rest SFT.
     def key(line: str) -> str:
@@ -95,8 +114,17 @@ def to_pairs(lines: list[str]):
     return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows if r])
 
 
-def sft(args, work: Path, sft_lines: list[str]) -> Path:
-    """Fine-tune a fresh char-level GPT-2 on the SFT lines with TRL's SFTTrainer; return the saved model dir."""
+# What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
+SFT_ARGS = ("seed", "n_layer", "n_head", "n_embd", "epochs", "lr", "batch_size", "max_steps")
+
+
+def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
+    """Fine-tune a fresh char-level GPT-2 on the SFT lines with TRL's SFTTrainer; return the saved model dir.
+
+    Runs on a GPU when there is one (fp32 either way, so the numbers do not depend on mixed precision), else CPU.
+    ``held_lines`` (the GRPO positions, never the evaluation ones) give an eval loss to read over- or under-fitting.
+    """
+    import torch
     from trl import SFTConfig, SFTTrainer
 
     from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
@@ -107,21 +135,50 @@ def sft(args, work: Path, sft_lines: list[str]) -> Path:
     init = work / "init"
     shutil.rmtree(init, ignore_errors=True)
     build_tiny_gpt2(init, spec)
+    gpu = torch.cuda.is_available()
+    train, held = to_pairs(sft_lines), to_pairs(held_lines)
+    steps = args.max_steps if args.max_steps > 0 else int(args.epochs * -(-len(train) // args.batch_size))
     config = SFTConfig(
-        output_dir=str(work / "sft"), seed=args.seed, use_cpu=True, bf16=False,
-        num_train_epochs=args.epochs, learning_rate=args.lr, lr_scheduler_type="cosine", warmup_steps=0.03,
-        weight_decay=0.01, per_device_train_batch_size=args.batch_size, max_length=spec.n_positions,
-        completion_only_loss=True, logging_steps=25, save_strategy="no", report_to="none",
-        dataloader_num_workers=0, gradient_checkpointing=False,
+        output_dir=str(work / "sft"), seed=args.seed, use_cpu=not gpu, bf16=False, tf32=False,
+        num_train_epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr, lr_scheduler_type="cosine",
+        warmup_steps=0.03, weight_decay=0.01, per_device_train_batch_size=args.batch_size,
+        per_device_eval_batch_size=256, max_length=spec.n_positions, completion_only_loss=True,
+        logging_steps=max(1, steps // 200), eval_strategy="steps", eval_steps=max(1, steps // 8),
+        save_strategy="no", report_to="none", dataloader_num_workers=2 if gpu else 0, gradient_checkpointing=False,
     )
-    trainer = SFTTrainer(model=str(init), args=config, train_dataset=to_pairs(sft_lines))
+    trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held)
+    t0 = time.time()
     trainer.train()
+    seconds = time.time() - t0
     final = work / "final"
     shutil.rmtree(final, ignore_errors=True)
     trainer.save_model(str(final))
     trainer.processing_class.save_pretrained(str(final))
-    (final / "sft_log_history.json").write_text(json.dumps(trainer.state.log_history))
+    history = trainer.state.log_history
+    (final / "sft_log_history.json").write_text(json.dumps(history))
+    losses = [h["loss"] for h in history if "loss" in h]
+    evals = [h["eval_loss"] for h in history if "eval_loss" in h]
+    info = {
+        "seconds": round(seconds), "steps": trainer.state.global_step, "train_lines": len(train),
+        "device": torch.cuda.get_device_name(0) if gpu else f"CPU ({os.cpu_count()} cores)",
+        "torch": torch.__version__, "final_train_loss": losses[-1] if losses else None,
+        "final_eval_loss": evals[-1] if evals else None,
+        "args": {k: getattr(args, k) for k in SFT_ARGS},
+    }
+    (work / "sft_info.json").write_text(json.dumps(info, indent=2))
+    print("sft:", info, flush=True)
     return final
+
+
+def read_splits(work: Path) -> dict[str, list[str]]:
+    """The splits written by the data stage."""
+    splits = {}
+    for name in ("sft", "grpo", "eval"):
+        path = work / f"{name}.txt"
+        if not path.exists():
+            sys.exit(f"{path} is missing: run `--stage data` first (same --work, --n_lines, --seed).")
+        splits[name] = path.read_text().splitlines()
+    return splits
 
 
 def main(argv=None) -> int:
@@ -129,21 +186,43 @@ def main(argv=None) -> int:
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    splits = make_data(args, work)
-    t_data = time.time() - t0
-    print({k: len(v) for k, v in splits.items()}, f"data {t_data:.0f}s", flush=True)
-    for name in ("grpo", "eval"):
-        (work / f"{name}.txt").write_text("".join(line + "\n" for line in splits[name]))
+    if args.stage in ("all", "data"):
+        splits = make_data(args, work)
+        for name, lines in splits.items():
+            (work / f"{name}.txt").write_text("".join(line + "\n" for line in lines))
+        cache_info = work / f"lines-{args.n_lines}-seed{args.seed}-d{args.label_depth}.json"
+        data_info = {**(json.loads(cache_info.read_text()) if cache_info.exists() else {}),
+                     "lines": args.n_lines, "label_depth": args.label_depth,
+                     "splits": {k: len(v) for k, v in splits.items()}}
+        (work / "data_info.json").write_text(json.dumps(data_info, indent=2))
+        print(data_info, flush=True)
+    if args.stage in ("all", "sft"):
+        splits = read_splits(work)
+        sft(args, work, splits["sft"], splits["grpo"])
+    if args.stage in ("all", "finish"):
+        finish(args, work, read_splits(work), argv)
+    print(f"stage {args.stage} done in {time.time() - t0:.0f}s")
+    return 0
 
-    t1 = time.time()
-    model_dir = sft(args, work, splits["sft"])
-    t_sft = time.time() - t1
 
+def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
+    """Evaluate the SFT model on the held-out positions and write the package assets with their model card."""
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.evaluate import evaluate, format_table
 
+    model_dir = work / "final"
+    if not (model_dir / "config.json").exists():
+        sys.exit(f"{model_dir} has no model: run `--stage sft` first (same --work).")
+    sft_info = work / "sft_info.json"
+    used = json.loads(sft_info.read_text()).get("args", {}) if sft_info.exists() else {}
+    differ = [f"--{k} {getattr(args, k)} (the SFT stage used {used[k]})" for k in SFT_ARGS
+              if k in used and used[k] != getattr(args, k)]
+    if differ:
+        sys.exit("finish: " + "; ".join(differ) + ". Pass the same arguments to every stage; the model card names them.")
+    t0 = time.time()
     settings = EngineSettings(depth=args.eval_depth, workers=args.workers)
     metrics = evaluate(str(model_dir), str(work / "eval.txt"), settings=settings)
+    t_eval = time.time() - t0
     print(format_table(metrics), flush=True)
 
     out = args.out
@@ -156,21 +235,37 @@ def main(argv=None) -> int:
             shutil.copy2(model_dir / f, tmp / f)
     shutil.copy2(work / "grpo.txt", tmp / "train_positions.txt")
     shutil.copy2(work / "eval.txt", tmp / "eval_positions.txt")
+    stage_info = {name: json.loads((work / f"{name}_info.json").read_text())
+                  for name in ("data", "sft") if (work / f"{name}_info.json").exists()}
     build = {
-        "command": "python scripts/build_tiny_model.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "command": "python scripts/build_tiny_model.py " + " ".join(_without_stage(sys.argv[1:] if argv is None
+                                                                                   else argv)),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "stage"},
         "splits": {k: len(v) for k, v in splits.items()},
-        "seconds": {"data": round(t_data), "sft": round(t_sft), "total": round(time.time() - t0)},
+        "stages": {**stage_info, "finish": {"seconds": round(t_eval)}},
         "parameters": _n_params(model_dir),
-        "eval": {k: v for k, v in metrics.items() if k != "samples"},
+        "eval": {k: v for k, v in metrics.items() if k not in ("samples", "model", "data")},
         "samples": metrics["samples"],
     }
     (tmp / "build_info.json").write_text(json.dumps(build, indent=2))
     (tmp / "README.md").write_text(model_card(build, format_table(metrics)))
     shutil.rmtree(out, ignore_errors=True)
     os.rename(tmp, out)
-    print(f"wrote {out} ({sum(f.stat().st_size for f in out.iterdir()) / 1e6:.1f} MB) in {time.time() - t0:.0f}s")
-    return 0
+    print(f"wrote {out} ({sum(f.stat().st_size for f in out.iterdir()) / 1e6:.1f} MB)")
+
+
+def _without_stage(argv: list[str]) -> list[str]:
+    """The command line minus ``--stage X``: the model card names the build, not the stage that wrote it."""
+    out, skip = [], False
+    for arg in argv:
+        if skip or arg.startswith("--stage="):
+            skip = False
+            continue
+        if arg == "--stage":
+            skip = True
+            continue
+        out.append(arg)
+    return out
 
 
 def _n_params(model_dir: Path) -> int:
@@ -181,6 +276,7 @@ def _n_params(model_dir: Path) -> int:
 
 def model_card(build: dict, table: str) -> str:
     a = build["args"]
+    data, sft = build["stages"].get("data", {}), build["stages"].get("sft", {})
     return f"""# rookgrpo/tiny-rookworld
 
 A {build['parameters'] / 1e6:.2f}M-parameter character-level GPT-2 ({a['n_layer']} layers, {a['n_head']} heads,
@@ -197,8 +293,11 @@ not a chess player.
   ({build['splits']['sft']} lines), GRPO training positions ({build['splits']['grpo']}, `train_positions.txt`) and
   held-out evaluation positions ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
 - SFT: TRL `SFTTrainer`, prompt/completion pairs with the loss on the completion, {a['epochs']} epochs, lr
-  {a['lr']} cosine, batch {a['batch_size']}, CPU.
-- run time: data {build['seconds']['data']} s, SFT {build['seconds']['sft']} s, total {build['seconds']['total']} s.
+  {a['lr']} cosine, batch {a['batch_size']}, fp32; final train loss {_fmt(sft.get('final_train_loss'))}, eval loss
+  on the GRPO positions {_fmt(sft.get('final_eval_loss'))} (nats per character).
+- run time: data {_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}
+  Stockfish processes; SFT {_fmt(sft.get('seconds'))} s ({sft.get('steps', '?')} steps) on {sft.get('device', '?')};
+  evaluation {build['stages']['finish']['seconds']} s.
 
 ## Numbers (held-out positions, greedy decoding, Stockfish depth {a['eval_depth']})
 
@@ -208,6 +307,10 @@ not a chess player.
 
 Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-eval --depth {a['eval_depth']}`.
 """
+
+
+def _fmt(value) -> str:
+    return "?" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 if __name__ == "__main__":

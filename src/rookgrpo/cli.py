@@ -189,7 +189,10 @@ def _cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
         if not Path(args.baseline).is_file():
             raise ConfigError(f"--baseline: {args.baseline} does not exist; give an earlier `rookgrpo evaluate` JSON.")
         print(f"\ncompared with {args.baseline}:")
-        print(format_comparison(json.loads(Path(args.baseline).read_text()), metrics))
+        baseline = json.loads(Path(args.baseline).read_text())
+        # A model's build_info.json (scripts/build_tiny_model.py) holds its evaluation under "eval".
+        baseline = baseline["eval"] if isinstance(baseline.get("eval"), dict) else baseline
+        print(format_comparison(baseline, metrics))
     out = args.out or str(Path(args.model if Path(args.model).is_dir() else ".") / "eval.json")
     write_json(metrics, out)
     print(f"wrote {out}")
@@ -233,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: 1.25 x longest reference completion")
     p.add_argument("--out", default=None, help="JSON output (default MODEL/eval.json or ./eval.json)")
-    p.add_argument("--baseline", default=None, help="an earlier evaluation's JSON: also print before → after")
+    p.add_argument("--baseline", default=None,
+                   help="an earlier evaluation's JSON (or a model's build_info.json): also print before → after")
     _add_engine_args(p)
     p.set_defaults(func=_cmd_evaluate, allow_extra=False)
     p = sub.add_parser("plot", help="plot reward, KL, beta and zero-std share of a run (PNG + text curve)")
