@@ -94,6 +94,18 @@ def test_cli_generate_and_evaluate_end_to_end(tmp_path):
     metrics = json.loads(result.read_text())
     assert metrics["n_policy"] + metrics["n_env"] == 24
     assert 0.0 <= metrics["legal_move_rate"] <= 1.0 and "best_move_accuracy_se" in metrics
+    # --baseline takes an earlier evaluation or a model's build_info.json (metrics under "eval") and prints the
+    # change per metric.
+    build_info = tmp_path / "build_info.json"
+    build_info.write_text(json.dumps({"command": "...", "eval": {**metrics, "format_rate": metrics["format_rate"] + 0.5}}))
+    for baseline in (result, build_info):
+        cmp = run_cli([venv_bin("rookgrpo"), "evaluate", "--model", "rookgrpo/tiny-random", "--data", str(out),
+                       "--depth", "5", "--out", str(tmp_path / "again.json"), "--baseline", str(baseline)])
+        assert cmp.returncode == 0, cmp.stderr[-3000:]
+        comparison = cmp.stdout.split("compared with")[1]
+        row = next(l for l in comparison.splitlines() if l.startswith("format rate"))
+        change = float(row.split()[-2])
+        assert change == pytest.approx(-0.5 if baseline == build_info else 0.0, abs=1e-3), row
 
 
 def test_evaluate_runs_on_a_gpt2_bpe_model_with_rookworld_layout(tmp_path, engine_settings):
