@@ -16,9 +16,9 @@ Steps (each seeded, so a rebuild reproduces the shipped numbers within noise), r
 3. ``finish``: evaluate it with ``rookgrpo evaluate`` on the held-out positions and write model, tokenizer, positions
    and a model card (how it was made, its numbers) to ``src/rookgrpo/assets/tiny-rookworld/``.
 
-``--stage all`` (the default) runs the three in a row. Run time of the shipped build is in its model card
-(``build_info.json``): data about 40 minutes on the 2-core reference machine (Stockfish bound), SFT a few minutes on
-one H200 GPU or several hours on 2 CPU cores, evaluation a few minutes::
+``--stage all`` (the default) runs the three in a row. The shipped build took, on the 2-core reference machine: data
+about 36 minutes (Stockfish bound: playing games, then labelling P: positions), SFT about 30 minutes, evaluation a
+few minutes; ``build_info.json`` and the model card hold the measured times::
 
     python scripts/build_tiny_model.py                          # everything, writes src/rookgrpo/assets/tiny-rookworld
     python scripts/build_tiny_model.py --stage data             # CPU machine with Stockfish
@@ -47,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the model and positions go")
     p.add_argument("--work", type=Path, default=REPO / "build" / "tiny-rookworld", help="scratch (data cache, SFT)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--n_lines", type=int, default=12000, help="RookWorld lines generated in all (all splits)")
+    p.add_argument("--n_lines", type=int, default=64000, help="RookWorld lines generated in all (all splits)")
     p.add_argument("--n_grpo", type=int, default=1024, help="GRPO training positions kept out of SFT")
     p.add_argument("--n_eval", type=int, default=256, help="held-out evaluation positions")
     p.add_argument("--label_depth", type=int, default=8, help="Stockfish depth that labels P: rows")
@@ -55,12 +55,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--n_layer", type=int, default=4)
     p.add_argument("--n_head", type=int, default=4)
     p.add_argument("--n_embd", type=int, default=128)
-    p.add_argument("--epochs", type=float, default=4.0)
+    p.add_argument("--epochs", type=float, default=1.3)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--workers", type=int, default=2, help="Stockfish processes")
     p.add_argument("--stage", choices=("all", "data", "sft", "finish"), default="all",
                    help="run one stage (data, sft, finish) or all three")
+    p.add_argument("--bf16", action="store_true",
+                   help="bf16 autocast, weights stay fp32: for GPUs (on the 2-core reference CPU it saved nothing)")
     p.add_argument("--max_steps", type=int, default=-1, help="cap SFT steps (timing runs); -1 trains all epochs")
     args = p.parse_args(argv)
     for name in ("n_lines", "n_eval", "n_layer", "n_head", "n_embd", "batch_size", "workers"):
@@ -115,13 +117,13 @@ def to_pairs(lines: list[str]):
 
 
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
-SFT_ARGS = ("seed", "n_layer", "n_head", "n_embd", "epochs", "lr", "batch_size", "max_steps")
+SFT_ARGS = ("seed", "n_layer", "n_head", "n_embd", "epochs", "lr", "batch_size", "max_steps", "bf16")
 
 
 def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     """Fine-tune a fresh char-level GPT-2 on the SFT lines with TRL's SFTTrainer; return the saved model dir.
 
-    Runs on a GPU when there is one (fp32 either way, so the numbers do not depend on mixed precision), else CPU.
+    Runs on a GPU when there is one, else CPU; fp32 unless ``--bf16`` (autocast, weights and optimizer stay fp32).
     ``held_lines`` (the GRPO positions, never the evaluation ones) give an eval loss to read over- or under-fitting.
     """
     import torch
@@ -139,12 +141,14 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     train, held = to_pairs(sft_lines), to_pairs(held_lines)
     steps = args.max_steps if args.max_steps > 0 else int(args.epochs * -(-len(train) // args.batch_size))
     config = SFTConfig(
-        output_dir=str(work / "sft"), seed=args.seed, use_cpu=not gpu, bf16=False, tf32=False,
+        output_dir=str(work / "sft"), seed=args.seed, use_cpu=not gpu, bf16=args.bf16, tf32=False,
         num_train_epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr, lr_scheduler_type="cosine",
         warmup_steps=0.03, weight_decay=0.01, per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=256, max_length=spec.n_positions, completion_only_loss=True,
         logging_steps=max(1, steps // 200), eval_strategy="steps", eval_steps=max(1, steps // 8),
         save_strategy="no", report_to="none", dataloader_num_workers=2 if gpu else 0, gradient_checkpointing=False,
+        # Random order, not grouped by length: grouping halved the step time but made batches single-task (P: and
+        # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
     trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held)
     t0 = time.time()
@@ -277,6 +281,7 @@ def _n_params(model_dir: Path) -> int:
 def model_card(build: dict, table: str) -> str:
     a = build["args"]
     data, sft = build["stages"].get("data", {}), build["stages"].get("sft", {})
+    precision = "bf16 autocast" if a.get("bf16") else "fp32"
     return f"""# rookgrpo/tiny-rookworld
 
 A {build['parameters'] / 1e6:.2f}M-parameter character-level GPT-2 ({a['n_layer']} layers, {a['n_head']} heads,
@@ -293,8 +298,9 @@ not a chess player.
   ({build['splits']['sft']} lines), GRPO training positions ({build['splits']['grpo']}, `train_positions.txt`) and
   held-out evaluation positions ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
 - SFT: TRL `SFTTrainer`, prompt/completion pairs with the loss on the completion, {a['epochs']} epochs, lr
-  {a['lr']} cosine, batch {a['batch_size']}, fp32; final train loss {_fmt(sft.get('final_train_loss'))}, eval loss
-  on the GRPO positions {_fmt(sft.get('final_eval_loss'))} (nats per character).
+  {a['lr']} cosine, batch {a['batch_size']}, {precision}; final train loss
+  {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions {_fmt(sft.get('final_eval_loss'))} (nats per
+  character).
 - run time: data {_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}
   Stockfish processes; SFT {_fmt(sft.get('seconds'))} s ({sft.get('steps', '?')} steps) on {sft.get('device', '?')};
   evaluation {build['stages']['finish']['seconds']} s.
