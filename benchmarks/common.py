@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
 
 
 def finish(result: dict, out: str | None) -> dict:
+    """Print the table and write the result, stamped with where it was measured (a report may mix runs)."""
+    result.setdefault("measured", provenance())
     print(result["table"])
     if out:
         with open(out, "w") as fh:
             json.dump(result, fh, indent=2)
     return result
+
+
+def provenance() -> dict:
+    repo = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=repo).stdout.strip()
+
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    return {"commit": git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else ""),
+            "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
+            "python": platform.python_version()}
