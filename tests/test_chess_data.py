@@ -134,3 +134,24 @@ def test_evaluate_runs_on_a_gpt2_bpe_model_with_rookworld_layout(tmp_path, engin
     assert metrics["n_policy"] == 8 and metrics["n_env"] == 0
     assert 0 < metrics["max_new_tokens"] < 120  # BPE: far fewer tokens than characters
     assert 0.0 <= metrics["best_move_reward"] <= 1.0
+
+
+def test_sampled_evaluation_is_seeded_and_differs_from_greedy(tmp_path, generated_lines, engine_settings):
+    from rookgrpo.errors import ConfigError
+    from rookgrpo.evaluate import evaluate, format_table
+
+    data = tmp_path / "lines.txt"
+    data.write_text("\n".join(generated_lines[:8]) + "\n")
+
+    def completions(**kw):
+        metrics = evaluate("rookgrpo/tiny-random", str(data), settings=engine_settings, progress=False, **kw)
+        return metrics, [s["completion"] for s in metrics["samples"]]
+
+    greedy, greedy_text = completions()
+    sampled, sampled_text = completions(temperature=1.0, seed=3)
+    _, again = completions(temperature=1.0, seed=3)
+    _, other_seed = completions(temperature=1.0, seed=4)
+    assert sampled_text == again and sampled_text != other_seed and sampled_text != greedy_text
+    assert "sampled at T=1.0, seed 3" in format_table(sampled) and "greedy" in format_table(greedy)
+    with pytest.raises(ConfigError, match="temperature"):
+        evaluate("rookgrpo/tiny-random", str(data), settings=engine_settings, progress=False, temperature=-1)

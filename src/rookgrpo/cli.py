@@ -181,7 +181,8 @@ def _cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     from .evaluate import evaluate, format_table, write_json
 
     metrics = evaluate(args.model, args.data, n=args.n, batch_size=args.batch_size,
-                       max_new_tokens=args.max_new_tokens, settings=_engine_settings(args))
+                       max_new_tokens=args.max_new_tokens, settings=_engine_settings(args),
+                       temperature=args.temperature, seed=args.seed)
     print(format_table(metrics))
     if args.baseline:
         from .evaluate import format_comparison
@@ -236,6 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: 1.25 x longest reference completion")
     p.add_argument("--out", default=None, help="JSON output (default MODEL/eval.json or ./eval.json)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 (default): greedy; > 0: sample at this temperature (no top-k/top-p), seeded by --seed")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature)")
     p.add_argument("--baseline", default=None,
                    help="an earlier evaluation's JSON (or a model's build_info.json): also print before → after")
     _add_engine_args(p)

@@ -15,13 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from .chess.engine import EngineSettings, get_pool
+from .errors import ConfigError
 from .chess.formats import board_from_fen, is_legal, parse_policy
 from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat
 
 
 def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 32,
-                         progress: bool = True) -> list[str]:
-    """Greedy completions for ``prompts`` (left-padded batches, stop at EOS)."""
+                         progress: bool = True, temperature: float = 0.0, seed: int = 0) -> list[str]:
+    """Completions for ``prompts`` (left-padded batches, stop at EOS): greedy, or sampled when ``temperature`` > 0.
+
+    Sampling measures the policy GRPO actually trains on; it is seeded, so a rerun draws the same completions.
+    """
+    if temperature < 0:
+        raise ConfigError(f"temperature: expected 0 (greedy) or a positive value, got {temperature}.")
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -34,13 +40,15 @@ def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path)
     model.eval()
+    torch.manual_seed(seed)
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
     out: list[str] = []
     bar = tqdm(total=len(prompts), desc="generating", disable=not progress, unit="prompt")
     for start in range(0, len(prompts), batch_size):
         batch = list(prompts[start: start + batch_size])
         enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():
-            ids = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+            ids = model.generate(**enc, max_new_tokens=max_new_tokens, **sampling,
                                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
         out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         bar.update(len(batch))
@@ -90,8 +98,9 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
 
 
 def evaluate(model: str, data: str, n: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
-             settings: EngineSettings = EngineSettings(), progress: bool = True) -> dict[str, Any]:
-    """Generate greedy completions for the RookWorld prompts in ``data`` and score them."""
+             settings: EngineSettings = EngineSettings(), progress: bool = True, temperature: float = 0.0,
+             seed: int = 0) -> dict[str, Any]:
+    """Generate completions (greedy, or sampled at ``temperature``) for the RookWorld prompts in ``data``; score them."""
     from transformers import AutoTokenizer
 
     from .assets import resolve_model
@@ -104,10 +113,10 @@ def evaluate(model: str, data: str, n: int | None = None, batch_size: int = 32, 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
         longest = max(len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in rows["completion"])
         max_new_tokens = int(longest * 1.25) + 4
-    completions = generate_completions(model, rows["prompt"], max_new_tokens, batch_size, progress)
+    completions = generate_completions(model, rows["prompt"], max_new_tokens, batch_size, progress, temperature, seed)
     metrics = score(rows["prompt"], completions, rows["task"], settings)
     metrics.update(model=model, data=str(data), max_new_tokens=max_new_tokens, engine_depth=settings.depth,
-                   engine_nodes=settings.nodes)
+                   engine_nodes=settings.nodes, temperature=temperature, seed=seed)
     metrics["samples"] = [
         {"prompt": p, "completion": c} for p, c in list(zip(rows["prompt"], completions))[:5]
     ]
@@ -130,7 +139,9 @@ def format_table(metrics: dict[str, Any]) -> str:
     for key, label in METRIC_ROWS:
         if key in metrics:
             lines.append(f"{label:44s} {metrics[key]:8.3f} {metrics[key + '_se']:8.3f}")
-    lines.append(f"(P: rows {metrics['n_policy']}, A: rows {metrics['n_env']})")
+    decoding = f"sampled at T={metrics['temperature']}, seed {metrics.get('seed', 0)}" \
+        if metrics.get("temperature") else "greedy"
+    lines.append(f"(P: rows {metrics['n_policy']}, A: rows {metrics['n_env']}; {decoding})")
     return "\n".join(lines)
 
 
