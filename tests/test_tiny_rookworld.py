@@ -39,14 +39,15 @@ def test_train_and_eval_positions_are_disjoint_and_cover_both_tasks():
 def test_the_packaged_model_knows_the_format(engine_settings):
     from rookgrpo.evaluate import evaluate
 
+    # Sampled, as GRPO sees it: greedy decoding of a char-level model this small collapses to one repeated move.
     metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", n=128, settings=engine_settings,
-                       progress=False)
-    # It writes both tasks' formats (A: earns partial credit field by field) and some legal moves, far from solved.
+                       progress=False, temperature=0.6, seed=0)
+    # It writes the P: format and A: answers that earn partial credit field by field, plays some legal moves, and is
+    # far from solved.
+    assert metrics["format_rate"] > 0.5
     assert 0.2 < metrics["env_reward"] < 0.9
     assert 0.0 < metrics["legal_move_rate"] < 0.9
     assert metrics["best_move_reward"] < 0.9
-    samples = [s["completion"] for s in metrics["samples"]]
-    assert any(" B: " in c for c in samples) and any(c.count("+") >= 3 for c in samples)
 
 
 @pytest.mark.slow
