@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .chess.engine import EngineSettings, get_pool
-from .errors import ConfigError
 from .chess.formats import board_from_fen, is_legal, parse_policy
+from .errors import ConfigError
 from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat
 
 
