@@ -1,4 +1,4 @@
-"""``rookgrpo evaluate``: greedy (or seeded, sampled) completions of a model on RookWorld prompts, scored with the training rewards.
+"""``rookgrpo evaluate``: greedy (or seeded, sampled) completions on RookWorld prompts, scored by the training rewards.
 
 Metrics (``P:`` rows): best-move accuracy (B: equals the engine's best), top-5 accuracy (B: among the engine's top 5),
 legal-move rate (B: legal), format rate (all of M:, E:, B: well-formed), mean best-move reward. ``A:`` rows: exact
