@@ -222,7 +222,8 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
     differ = [f"--{k} {getattr(args, k)} (the SFT stage used {used[k]})" for k in SFT_ARGS
               if k in used and used[k] != getattr(args, k)]
     if differ:
-        sys.exit("finish: " + "; ".join(differ) + ". Pass the same arguments to every stage; the model card names them.")
+        sys.exit("finish: " + "; ".join(differ) + ". Pass the same arguments to every stage; the model card names "
+                 "them.")
     t0 = time.time()
     settings = EngineSettings(depth=args.eval_depth, workers=args.workers)
     metrics = evaluate(str(model_dir), str(work / "eval.txt"), settings=settings)

@@ -97,7 +97,8 @@ def test_cli_generate_and_evaluate_end_to_end(tmp_path):
     # --baseline takes an earlier evaluation or a model's build_info.json (metrics under "eval") and prints the
     # change per metric.
     build_info = tmp_path / "build_info.json"
-    build_info.write_text(json.dumps({"command": "...", "eval": {**metrics, "format_rate": metrics["format_rate"] + 0.5}}))
+    shifted = {**metrics, "format_rate": metrics["format_rate"] + 0.5}
+    build_info.write_text(json.dumps({"command": "...", "eval": shifted}))
     for baseline in (result, build_info):
         cmp = run_cli([venv_bin("rookgrpo"), "evaluate", "--model", "rookgrpo/tiny-random", "--data", str(out),
                        "--depth", "5", "--out", str(tmp_path / "again.json"), "--baseline", str(baseline)])

@@ -100,7 +100,7 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
 def evaluate(model: str, data: str, n: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
              settings: EngineSettings = EngineSettings(), progress: bool = True, temperature: float = 0.0,
              seed: int = 0) -> dict[str, Any]:
-    """Generate completions (greedy, or sampled at ``temperature``) for the RookWorld prompts in ``data``; score them."""
+    """Complete the RookWorld prompts in ``data`` (greedy, or sampled at ``temperature``) and score the completions."""
     from transformers import AutoTokenizer
 
     from .assets import resolve_model
