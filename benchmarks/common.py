@@ -12,7 +12,7 @@ from pathlib import Path
 
 def finish(result: dict, out: str | None) -> dict:
     """Print the table and write the result, stamped with where it was measured (a report may mix runs)."""
-    result.setdefault("measured", provenance())
+    result.setdefault("measured", STARTED_AT)
     print(result["table"])
     if out:
         with open(out, "w") as fh:
@@ -30,3 +30,7 @@ def provenance() -> dict:
     return {"commit": git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else ""),
             "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
             "python": platform.python_version()}
+
+
+# Taken when the benchmark starts: commits made while a long benchmark runs must not be credited with its numbers.
+STARTED_AT = provenance()
