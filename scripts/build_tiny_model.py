@@ -73,13 +73,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def data_cache(args, work: Path) -> Path:
+    """The generated lines, cached by what they depend on; a ``.json`` beside it holds how long they took."""
+    return work / f"lines-{args.n_lines}-seed{args.seed}-d{args.label_depth}.txt"
+
+
+def _cpu() -> str:
+    return f"CPU ({os.cpu_count()} cores)"
+
+
 def make_data(args, work: Path) -> dict[str, list[str]]:
     """Generate (or reuse the cached) lines and split them by position."""
     from rookgrpo.chess.data import generate, write_lines
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.chess.formats import COMPACT
 
-    cache = work / f"lines-{args.n_lines}-seed{args.seed}-d{args.label_depth}.txt"
+    cache = data_cache(args, work)
     if cache.exists():
         lines = cache.read_text().splitlines()
     else:
@@ -87,8 +96,7 @@ def make_data(args, work: Path) -> dict[str, list[str]]:
         settings = EngineSettings(depth=args.label_depth, workers=args.workers)
         lines = generate(args.n_lines, tasks=("P", "A"), seed=args.seed, settings=settings, layout=COMPACT)
         write_lines(lines, str(cache))
-        info = {"seconds": round(time.time() - t0), "machine": f"CPU ({os.cpu_count()} cores)",
-                "stockfish_workers": args.workers}
+        info = {"seconds": round(time.time() - t0), "machine": _cpu(), "stockfish_workers": args.workers}
         cache.with_suffix(".json").write_text(json.dumps(info, indent=2))
     # Split by the position a line is about (P: its FEN, A: the FEN before the move), so no held-out position is
     # ever seen in SFT. Positions are shuffled with the seed; the first go to eval, the next to GRPO, the rest SFT.
@@ -164,7 +172,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     evals = [h["eval_loss"] for h in history if "eval_loss" in h]
     info = {
         "seconds": round(seconds), "steps": trainer.state.global_step, "train_lines": len(train),
-        "device": torch.cuda.get_device_name(0) if gpu else f"CPU ({os.cpu_count()} cores)",
+        "device": torch.cuda.get_device_name(0) if gpu else _cpu(),
         "torch": torch.__version__, "final_train_loss": losses[-1] if losses else None,
         "final_eval_loss": evals[-1] if evals else None,
         "args": {k: getattr(args, k) for k in SFT_ARGS},
@@ -194,7 +202,7 @@ def main(argv=None) -> int:
         splits = make_data(args, work)
         for name, lines in splits.items():
             (work / f"{name}.txt").write_text("".join(line + "\n" for line in lines))
-        cache_info = work / f"lines-{args.n_lines}-seed{args.seed}-d{args.label_depth}.json"
+        cache_info = data_cache(args, work).with_suffix(".json")
         data_info = {**(json.loads(cache_info.read_text()) if cache_info.exists() else {}),
                      "lines": args.n_lines, "label_depth": args.label_depth,
                      "splits": {k: len(v) for k, v in splits.items()}}
