@@ -11,6 +11,7 @@ from conftest import SHARED_DATA, run_cli, venv_bin
 from rookgrpo.chess.data import classify_move, generate, load_rookworld, rookworld_row
 from rookgrpo.chess.engine import EngineSettings, get_pool
 from rookgrpo.chess.formats import parse_env, parse_policy
+from rookgrpo.errors import ConfigError
 from rookgrpo.evaluate import score
 
 
@@ -65,6 +66,17 @@ def test_generation_is_deterministic_labels_engine_best_and_covers_special_cases
     assert set(kinds) == {"move", "illegal", "castling", "en_passant", "promotion", "checkmate", "stalemate"}
     # Whole-file sanity: both colours to move among the policy rows.
     assert {parse_policy(l).fen.split()[1] for l in p_lines} == {"w", "b"}
+
+
+def test_max_plies_keeps_every_position_in_the_opening(engine_settings):
+    lines = generate(40, seed=5, settings=engine_settings, max_plies=10, progress=False)
+    assert len(lines) == 40
+    # P: positions come from plies 4..9: the fullmove number of ply k is k // 2 + 1, so at most 5.
+    p_fens = [parse_policy(l).fen for l in lines if l.startswith("P:")]
+    assert p_fens and max(int(f.split()[5]) for f in p_fens) <= 5
+    assert min(int(f.split()[5]) for f in p_fens) >= 3
+    with pytest.raises(ConfigError, match="max_plies"):
+        generate(10, seed=5, settings=engine_settings, max_plies=5, progress=False)
 
 
 def test_evaluation_metrics_on_reference_and_broken_completions(generated_lines, engine_settings):

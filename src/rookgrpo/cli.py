@@ -171,7 +171,7 @@ def _cmd_data_generate(args: argparse.Namespace, extra: list[str]) -> int:
     from .chess.data import generate, write_lines
 
     lines = generate(args.n, tasks=args.tasks.split(","), seed=args.seed, settings=_engine_settings(args),
-                     layout=args.layout, a_share=args.a_share)
+                     layout=args.layout, a_share=args.a_share, max_plies=args.max_plies)
     write_lines(lines, args.out)
     print(f"wrote {len(lines)} lines to {args.out}")
     return 0
@@ -228,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--layout", choices=["padded", "compact"], default="padded")
     g.add_argument("--a-share", type=float, default=0.27, help="share of A: rows when both tasks (default 0.27)")
+    g.add_argument("--max-plies", type=int, default=160,
+                   help="stop each game after this many plies (default 160); e.g. 24 keeps positions in the opening")
     _add_engine_args(g)
     g.set_defaults(func=_cmd_data_generate, allow_extra=False)
     p = sub.add_parser("evaluate", help="greedy completions on RookWorld prompts, scored with Stockfish")

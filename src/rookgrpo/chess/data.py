@@ -256,10 +256,12 @@ def env_rows_from_games(games: Sequence[GameRecord], n: int, rng: random.Random,
 
 def generate(n: int, tasks: Sequence[str] = ("P", "A"), seed: int = 0, settings: EngineSettings | None = None,
              layout: str = PADDED, a_share: float = A_SHARE, random_move_prob: float = 0.35,
-             play_depth: int = 4, progress: bool = True) -> list[str]:
+             play_depth: int = 4, max_plies: int = 160, progress: bool = True) -> list[str]:
     """Generate ``n`` RookWorld lines (P: and/or A:), deterministic for ``seed``.
 
     ``settings`` labels the P: rows (depth/nodes); games are played with a cheaper ``play_depth`` search.
+    ``max_plies`` stops each game early: a small value (e.g. 24) keeps every position in the opening, which a small
+    model can learn to play legally from far less data than the whole game.
     """
     from tqdm.auto import tqdm
 
@@ -274,17 +276,22 @@ def generate(n: int, tasks: Sequence[str] = ("P", "A"), seed: int = 0, settings:
     rng = random.Random(seed)
     play_settings = EngineSettings(path=settings.path, depth=play_depth, nodes=None, multipv=3,
                                    workers=settings.workers, timeout=settings.timeout)
-    # Each game yields ~10 sampled P: positions and replays; play enough games for variety.
-    n_games = max(4, (n_p + n_a) // 10 + 1)
+    if max_plies < 6:
+        raise ConfigError(f"max_plies: P: positions start at ply 4, so games need at least 6 plies; got {max_plies}.")
+    # Each game yields ~10 sampled P: positions and replays (fewer when games are cut short); play enough for variety.
+    per_game = min(10, max(1, (max_plies - 4) // 3))
+    n_games = max(4, (n_p + n_a) // per_game + 1)
     with EnginePool(play_settings) as play_pool:
-        games = play_games(play_pool, n_games, seed, progress=progress, random_move_prob=random_move_prob)
+        games = play_games(play_pool, n_games, seed, progress=progress, random_move_prob=random_move_prob,
+                           max_plies=max_plies)
     lines: list[str] = []
     if n_p:
         candidates = [fen for game in games for ply, fen in enumerate(game.fens) if ply >= 4]
         candidates = list(dict.fromkeys(candidates))
         rng.shuffle(candidates)
         if len(candidates) < n_p:
-            raise ConfigError(f"n: only {len(candidates)} distinct positions from {n_games} games; lower n.")
+            raise ConfigError(f"n: only {len(candidates)} distinct positions from {n_games} games; lower n "
+                              f"or raise max_plies ({max_plies}).")
         fens = candidates[:n_p]
         with EnginePool(settings) as pool:
             analyses = []
