@@ -260,8 +260,8 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
     stage_info = {name: json.loads((work / f"{name}_info.json").read_text())
                   for name in ("data", "sft") if (work / f"{name}_info.json").exists()}
     build = {
-        "command": "python scripts/build_tiny_model.py " + " ".join(_without_stage(sys.argv[1:] if argv is None
-                                                                                   else argv)),
+        "command": " ".join(["python scripts/build_tiny_model.py",
+                             *_without_stage(sys.argv[1:] if argv is None else argv)]),
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "stage"},
         "splits": {k: len(v) for k, v in splits.items()},
         "stages": {**stage_info, "finish": {"seconds": round(t_eval)}},
@@ -305,7 +305,8 @@ def model_card(build: dict, table: str) -> str:
 A {build['parameters'] / 1e6:.2f}M-parameter character-level GPT-2 ({a['n_layer']} layers, {a['n_head']} heads,
 width {a['n_embd']}) that has learned the RookWorld text formats by supervised fine-tuning. It is rookgrpo's
 embedded default: `make train` runs GRPO on it with no network. It is a starting point with room to improve,
-not a chess player.
+not a chess player, and it knows openings only: every position it was taught comes from the first
+{a.get('max_plies', '?')} plies of a game, so later positions are outside what it has seen.
 
 ## How it was made
 
