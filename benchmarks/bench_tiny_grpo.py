@@ -7,7 +7,7 @@ fixed beta and one temperature, no resampling. rookgrpo is ``RookGRPOTrainer`` w
 (zero-std resampling, adaptive beta, diagnostics) and per-task sampling. Each run is then evaluated greedily on the
 held-out positions; 3 seeds each.
 
-    python benchmarks/bench_tiny_grpo.py [--steps 30] [--seeds 1 2 3]
+    python benchmarks/bench_tiny_grpo.py [--steps 100] [--seeds 1 2 3]
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def run(variant: str, seed: int, steps: int, tmp: str):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--eval_depth", type=int, default=8)
     ap.add_argument("--out", default=None)
