@@ -89,6 +89,13 @@ def test_evaluation_metrics_on_reference_and_broken_completions(generated_lines,
     broken = score(prompts, ["junk"] * len(rows), tasks, engine_settings)
     assert broken["best_move_accuracy"] == broken["format_rate"] == broken["env_exact_accuracy"] == 0.0
     assert perfect["n_policy"] + perfect["n_env"] == len(rows)
+    assert broken["top_move_share"] == 0.0 and broken["top_move"] is None  # nothing parsed, nothing collapsed
+    # One generic move for every position: its share is 1 however good or bad the move is.
+    p_rows = [r for r in rows if r["task"] == "P"]
+    collapsed = score([r["prompt"] for r in p_rows], [r["completion"].split(" B: ")[0] + " B: a2a3" for r in p_rows],
+                      ["P"] * len(p_rows), engine_settings)
+    assert collapsed["top_move"] == "a2a3" and collapsed["top_move_share"] == 1.0 and collapsed["distinct_moves"] == 1
+    assert perfect["top_move_share"] < 0.5 and perfect["distinct_moves"] > 1
 
 
 def test_cli_generate_and_evaluate_end_to_end(tmp_path):

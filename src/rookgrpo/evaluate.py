@@ -1,7 +1,8 @@
 """``rookgrpo evaluate``: greedy (or seeded, sampled) completions on RookWorld prompts, scored by the training rewards.
 
 Metrics (``P:`` rows): best-move accuracy (B: equals the engine's best), top-5 accuracy (B: among the engine's top 5),
-legal-move rate (B: legal), format rate (all of M:, E:, B: well-formed), mean best-move reward. ``A:`` rows: exact
+legal-move rate (B: legal), format rate (all of M:, E:, B: well-formed), mean best-move reward, and the share of
+the most frequent B: move (a policy collapsing onto one generic move shows there first). ``A:`` rows: exact
 next-state accuracy and mean environment reward. Each metric comes with its standard error over positions, so a
 before/after difference can be told from noise. The same reward code scores training, so the numbers agree.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,12 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
         per_metric["legal_move_rate"] = legal
         per_metric["format_rate"] = [float(x == 1.0) for x in ChessFormat()(pp, pc)]
         per_metric["best_move_reward"] = [float(x) for x in ChessBestMove(settings)(pp, pc)]
+        # Collapse check: a policy that answers most positions with one generic move (say a2a3) can raise legality
+        # and best-move reward while best-move accuracy falls; this share makes that visible.
+        counts = Counter(b for b in bests if b)
+        top_move, _ = counts.most_common(1)[0] if counts else (None, 0)
+        per_metric["top_move_share"] = [float(bool(b) and b == top_move) for b in bests]
+        metrics.update(top_move=top_move, distinct_moves=len(counts))
     if a_idx:
         env = ChessEnv()([prompts[i] for i in a_idx], [completions[i] for i in a_idx])
         per_metric["env_exact_accuracy"] = [float(x == 1.0) for x in env]
@@ -130,6 +138,7 @@ METRIC_ROWS = [
     ("legal_move_rate", "legal-move rate (B: legal)"),
     ("format_rate", "format rate (M:, E:, B: well-formed)"),
     ("best_move_reward", "mean best-move reward"),
+    ("top_move_share", "most frequent B: move's share"),
     ("env_exact_accuracy", "A: next-state exact accuracy"),
     ("env_reward", "A: mean environment reward"),
 ]
