@@ -157,7 +157,6 @@ def test_evaluate_runs_on_a_gpt2_bpe_model_with_rookworld_layout(tmp_path, engin
 
 
 def test_sampled_evaluation_is_seeded_and_differs_from_greedy(tmp_path, generated_lines, engine_settings):
-    from rookgrpo.errors import ConfigError
     from rookgrpo.evaluate import evaluate, format_table
 
     data = tmp_path / "lines.txt"

@@ -42,9 +42,11 @@ def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path)
     model.eval()
-    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {"do_sample": False}
     if temperature > 0:
+        sampling = {"do_sample": True, "temperature": temperature, "top_k": 0}
         torch.manual_seed(seed)  # greedy decoding leaves the caller's global RNG alone
+    else:
+        sampling = {"do_sample": False}
     out: list[str] = []
     bar = tqdm(total=len(prompts), desc="generating", disable=not progress, unit="prompt")
     for start in range(0, len(prompts), batch_size):

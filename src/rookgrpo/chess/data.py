@@ -270,14 +270,14 @@ def generate(n: int, tasks: Sequence[str] = ("P", "A"), seed: int = 0, settings:
         raise ConfigError(f"tasks: expected P, A or both, got {tasks!r}.")
     if layout not in (PADDED, COMPACT):
         raise ConfigError(f"layout: expected {PADDED!r} or {COMPACT!r}, got {layout!r}.")
+    if max_plies < 6:
+        raise ConfigError(f"max_plies: P: positions start at ply 4, so games need at least 6 plies; got {max_plies}.")
     settings = settings or EngineSettings()
     n_a = (round(n * a_share) if "P" in tasks else n) if "A" in tasks else 0
     n_p = n - n_a
     rng = random.Random(seed)
     play_settings = EngineSettings(path=settings.path, depth=play_depth, nodes=None, multipv=3,
                                    workers=settings.workers, timeout=settings.timeout)
-    if max_plies < 6:
-        raise ConfigError(f"max_plies: P: positions start at ply 4, so games need at least 6 plies; got {max_plies}.")
     # Each game yields ~10 sampled P: positions and replays (fewer when games are cut short); play enough for variety.
     per_game = min(10, max(1, (max_plies - 4) // 3))
     n_games = max(4, (n_p + n_a) // per_game + 1)
