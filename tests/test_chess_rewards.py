@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED_DATA
-from rookgrpo.chess.engine import get_pool
-from rookgrpo.chess.formats import env_step, parse_env, parse_policy, split_env, split_policy
+from rookgrpo.chess.engine import EngineSettings, get_pool
+from rookgrpo.chess.formats import env_step, is_legal, parse_env, parse_policy, split_env, split_policy
 from rookgrpo.rewards.chess import (
     ChessBestMove,
     ChessCandidates,
@@ -17,6 +17,8 @@ from rookgrpo.rewards.chess import (
     ChessEvals,
     ChessFormat,
     ChessLegality,
+    ChessMoveRank,
+    board_change_credit,
     move_accuracy,
 )
 
@@ -27,14 +29,14 @@ def policy_rows(lines, k):
 
 def all_rewards(engine_settings):
     return [ChessFormat(), ChessLegality(), ChessBestMove(engine_settings), ChessCandidates(engine_settings),
-            ChessEvals(engine_settings), ChessEnv()]
+            ChessEvals(engine_settings), ChessMoveRank(engine_settings), ChessEnv()]
 
 
 def test_reference_completions_score_full_marks(generated_lines, engine_settings):
     """The generator's own labels (engine best, top 5 with evals) earn 1.0 on every policy component."""
     rows = policy_rows(generated_lines, 30)
     prompts, completions = [p for p, _ in rows], [c for _, c in rows]
-    for reward in all_rewards(engine_settings)[:5]:
+    for reward in all_rewards(engine_settings)[:-1]:
         assert reward(prompts, completions) == pytest.approx([1.0] * len(rows)), reward.name
 
 
@@ -74,7 +76,7 @@ def test_illegal_malformed_and_garbage_get_the_floor(generated_lines, engine_set
                    if a != b and chess.Move.from_uci(a + b) not in board.legal_moves)
     bad = [f" M: {illegal} E: 0.1 B: {illegal}", " M: e2e4 E: zz B: e2", "", "§§§ not chess at all", None, 42,
            [{"role": "assistant", "content": "B: e2e4"}]]
-    for reward in all_rewards(engine_settings)[1:5]:  # every component that judges chess content
+    for reward in all_rewards(engine_settings)[1:-1]:  # every component that judges chess content
         assert reward([prompt] * len(bad), bad) == [0.0] * len(bad), reward.name
     # Format judges shape only: the illegal but well-formed line passes, the half-formed one gets partial credit,
     # and text with no fields gets the floor.
@@ -93,23 +95,86 @@ def test_rewards_return_none_for_the_other_task(generated_lines, engine_settings
             assert scores[1] is None and scores[0] == pytest.approx(1.0)
 
 
-def test_rookworld_black_to_move_labels_rank_below_the_engine_best(engine_settings):
-    """The published file's known defect: for black to move, B: is the lowest-eval move, not the best."""
+def test_rookworld_black_to_move_labels_rank_below_the_engine_best():
+    """The published file's known defect: for black to move, B: is the lowest-eval of its five moves, not the best.
+
+    At the tiny recipe's depth, ``chess_move_rank`` pays those labels strictly less than the engine's best move in at
+    least 85% of the lines (the old absolute scale managed 71% at depth 6)."""
+    import yaml
+
+    from conftest import REPO
+
     path = SHARED_DATA / "rook_val_500.txt"
     if not path.exists():
         pytest.skip("shared RookWorld validation file not present")
-    reward = ChessBestMove(engine_settings)
-    pool = get_pool(engine_settings)
-    lines = [l for l in path.read_text().splitlines() if " b " in l[:95]][:40]
+    depth = yaml.safe_load((REPO / "recipes" / "rookworld-tiny.yaml").read_text())["stockfish_depth"]
+    settings = EngineSettings(depth=depth, workers=2)
+    reward = ChessMoveRank(settings)
+    lines = [l for l in path.read_text().splitlines() if l.startswith("P:") and " b " in l[:95]]
     prompts = [split_policy(l)[0] for l in lines]
     parsed = [parse_policy(l) for l in lines]
-    analyses = pool.analyse_many([p.fen for p in parsed])
+    analyses = get_pool(settings).analyse_many([p.fen for p in parsed])
     label_scores = reward(prompts, [f" B: {p.best}" for p in parsed])
     best_scores = reward(prompts, [f" B: {a.best}" for a in analyses])
-    mislabelled = [(l, b) for l, b, p, a in zip(label_scores, best_scores, parsed, analyses) if p.best != a.best]
-    assert len(mislabelled) >= 10
-    assert all(l <= b for l, b in zip(label_scores, best_scores))
-    assert sum(l < b for l, b in mislabelled) >= 0.8 * len(mislabelled)
+    assert len(lines) > 200 and best_scores == [1.0] * len(lines)
+    assert sum(l < b for l, b in zip(label_scores, best_scores)) >= 0.85 * len(lines)
+
+
+def test_move_rank_follows_the_engine_order_and_pays_no_move_outside_the_top_five(generated_lines, engine_settings):
+    reward = ChessMoveRank(engine_settings)
+    pool = get_pool(engine_settings)
+    outside_seen = 0
+    for prompt, _ in policy_rows(generated_lines, 8):
+        fen = parse_policy(prompt + " M:").fen
+        analysis = pool.analyse(fen)
+        moves = [m.uci() for m in chess.Board(fen).legal_moves]
+        by_move = dict(zip(moves, reward([prompt] * len(moves), [f" B: {m}" for m in moves])))
+        assert by_move[analysis.best] == 1.0
+        ranked = [by_move[m] for m in analysis.moves]
+        assert ranked == sorted(ranked, reverse=True)  # credit never rises down the engine's list
+        for move, cp in zip(analysis.moves, analysis.scores):
+            if cp < analysis.scores[0]:
+                assert by_move[move] <= 0.8  # a strictly worse top-5 move keeps at most the 2nd rank's credit
+        for move in set(moves) - set(analysis.moves):
+            assert by_move[move] == 0.0
+            outside_seen += 1
+    assert outside_seen > 50
+
+
+def test_candidates_count_the_list_length(generated_lines, engine_settings):
+    reward = ChessCandidates(engine_settings)
+    prompt, reference = policy_rows(generated_lines, 1)[0]
+    fen = parse_policy(prompt + " M:").fen
+    legal = [m.uci() for m in chess.Board(fen).legal_moves]
+    top = list(get_pool(engine_settings).analyse(fen).moves)
+    everything, padded, half = reward([prompt] * 3, [f" M: {' '.join(legal)} E: 0 B: {top[0]}",
+                                                     f" M: {' '.join(top + top)} E: 0 B: {top[0]}",
+                                                     f" M: {' '.join(top[:2])} E: 0 B: {top[0]}"])
+    assert len(legal) > 10
+    assert everything == pytest.approx(len(top) / len(legal))
+    assert padded == pytest.approx(0.5)  # the top 5 named twice: ten items for five right
+    assert half == pytest.approx(2 / len(top))
+
+
+def test_constant_and_shifted_evals(generated_lines, engine_settings):
+    reward = ChessEvals(engine_settings)
+    rows = policy_rows(generated_lines, 20)
+    prompts = [p for p, _ in rows]
+    constant = [f" M: {' '.join(parse_policy(c).moves)} E: {' '.join(['0.0'] * len(parse_policy(c).moves))} B: x"
+                for _, c in rows]
+    scores = reward(prompts, constant)
+    # 0 wherever the engine's evals of the listed moves differ (the reference's E: are the engine's, same depth);
+    # where they are all equal (say every move mates) constant evals do separate them, and only the level counts.
+    capped = [{max(-10.0, min(10.0, v)) for v in parse_policy(c).evals} for _, c in rows]
+    differ = [s for s, values in zip(scores, capped) if len(values) > 1]
+    assert len(differ) >= 12 and max(differ) == 0.0
+    shifted = []
+    for _, c in rows:
+        line = parse_policy(c)
+        shifted.append(f" M: {' '.join(line.moves)} E: {' '.join(str(round(v + 1, 2)) for v in line.evals)} B: x")
+    for s, (_, c) in zip(reward(prompts, shifted), rows):
+        if len(parse_policy(c).moves) > 1 and max(abs(v) for v in parse_policy(c).evals) < 9:
+            assert s == pytest.approx(0.5, abs=0.01)  # right differences, one pawn too high: half
 
 
 # --- never raise --------------------------------------------------------------------------------------------------
@@ -177,3 +242,48 @@ def test_env_partial_credit_orders_near_misses_above_wrong_boards(generated_line
         assert s_truth == 1.0 and s_wrong < s_near < 1.0
         checked += 1
     assert checked == 20
+
+
+def test_env_copying_the_input_earns_nothing_and_credit_rises_with_the_change(generated_lines):
+    """Legal-move rows: the copied input (with or without the side flipped) earns 0; lifting the piece earns less
+    than placing it, which earns less than the right board with the right verdict, which earns less than exact."""
+    reward = ChessEnv()
+    rows = 0
+    for line in [l for l in generated_lines if l.startswith("A:")]:
+        prompt, truth = split_env(line)
+        fields = parse_env(line)
+        board = chess.Board(fields.fen)
+        if not is_legal(board, fields.move) or board.is_castling(chess.Move.from_uci(fields.move)):
+            continue
+        move = chess.Move.from_uci(fields.move)
+        lifted = board.copy()
+        lifted.remove_piece_at(move.from_square)
+        parts = fields.fen.split()
+        copy = f"{fields.fen}+0.001+0+0"
+        flipped = " ".join([parts[0], "b" if parts[1] == "w" else "w", *parts[2:]]) + "+0.001+0+0"
+        half = f"{lifted.board_fen()} {' '.join(parts[1:])}+0.001+0+0"
+        new = fields.new_fen.split()
+        board_only = " ".join([new[0], *parts[1:]]) + f"+{fields.reward}+{fields.terminated}+{fields.truncated}"
+        wrong_verdict = f"{fields.new_fen}+-1.0+0+1"
+        s = reward([prompt] * 6, [copy, flipped, half, wrong_verdict, board_only, truth])
+        assert s[0] == s[1] == 0.0, line
+        assert 0.0 < s[2] < s[3] < s[4] < s[5] == 1.0, (line, s)
+        rows += 1
+    assert rows >= 15
+
+
+def test_board_change_credit_on_special_moves():
+    castled = chess.Board("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1")
+    before = castled.board_fen()
+    castled.push_uci("e1g1")
+    king_only = chess.Board("r3k2r/8/8/8/8/8/8/R5KR w - - 0 1").board_fen()  # the king moved, the rook stayed
+    assert board_change_credit(before, castled.board_fen(), castled.board_fen()) == 1.0
+    assert board_change_credit(before, castled.board_fen(), before) == 0.0
+    assert board_change_credit(before, castled.board_fen(), king_only) == 0.5  # e1, g1 right; f1, h1 wrong
+    ep = chess.Board("4k3/8/8/3pP3/8/8/8/4K3 w - d6 0 2")
+    before = ep.board_fen()
+    ep.push_uci("e5d6")
+    assert board_change_credit(before, ep.board_fen(), ep.board_fen()) == 1.0
+    # Forgetting the captured pawn: two of three changed squares right.
+    forgot = chess.Board("4k3/8/3P4/3p4/8/8/8/4K3 w - - 0 2").board_fen()
+    assert board_change_credit(before, ep.board_fen(), forgot) == pytest.approx(2 / 3)

@@ -60,5 +60,5 @@ def test_recipe_trains_two_steps_with_all_dynamics(tmp_path):
     history = read_json(out / "trainer_state.json")["log_history"]
     logged = [h for h in history if "loss" in h]
     assert len(logged) == 2
-    for key in ("rewards/chess_best_move/mean", "beta", "resample/rounds", "timing/generation", "groups/identical_frac"):
+    for key in ("rewards/chess_move_rank/mean", "beta", "resample/rounds", "timing/generation", "groups/identical_frac"):
         assert any(key in h for h in logged), key

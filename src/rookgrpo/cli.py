@@ -125,12 +125,44 @@ def _cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _cmd_rewards(args: argparse.Namespace, extra: list[str]) -> int:
+    if getattr(args, "rewards_command", None) == "audit":
+        return _cmd_rewards_audit(args)
     from .rewards.registry import available_rewards, get_reward
 
     for name in available_rewards():
         doc = (get_reward(name).__doc__ or "").strip().splitlines()
         print(f"{name:24s} {doc[0] if doc else ''}")
     return 0
+
+
+def _cmd_rewards_audit(args: argparse.Namespace) -> int:
+    import time
+
+    from .chess.data import load_rookworld
+    from .rewards.audit import audit, format_tables, recipe_rewards
+
+    recipe = _read_yaml(args.recipe)
+    if args.depth is not None:
+        recipe["stockfish_depth"] = args.depth
+    funcs, weights, settings = recipe_rewards(recipe)
+    names = [getattr(f, "__name__", type(f).__name__) for f in funcs]
+    print(f"recipe {args.recipe}: rewards {', '.join(f'{n} x {w:g}' for n, w in zip(names, weights))}; "
+          f"Stockfish depth {settings.depth}, nodes {settings.nodes}\n")
+    report = []
+    for data in args.data:
+        start = time.perf_counter()
+        lines = load_rookworld(data)["text"]
+        tables = audit(funcs, weights, lines, settings, n=args.n, seed=args.seed, title=f"{data}: ")
+        print(format_tables(tables))
+        print(f"({time.perf_counter() - start:.1f} s)\n")
+        report.append({"data": data, "tables": [t.as_dict() for t in tables]})
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"recipe": args.recipe, "weights": weights, "rewards": names,
+                                               "depth": settings.depth, "data": report}, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
 
 
 def _cmd_plot(args: argparse.Namespace, extra: list[str]) -> int:
@@ -217,8 +249,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="also write the full report as JSON here")
     p.add_argument("--groups", type=int, default=4, help="groups to print in full (default 4)")
     p.set_defaults(func=_cmd_inspect, allow_extra=True)
-    p = sub.add_parser("rewards", help="list the registered reward functions")
+    p = sub.add_parser("rewards", help="list the registered reward functions; `rewards audit RECIPE`: degenerate answers")
     p.set_defaults(func=_cmd_rewards, allow_extra=False)
+    rewards_sub = p.add_subparsers(dest="rewards_command")
+    rewards_sub.add_parser("list", help="list the registered reward functions (the default)")
+    g = rewards_sub.add_parser(
+        "audit", help="what degenerate answers (constant, exhaustive, copied) earn under a recipe's rewards and weights",
+    )
+    g.add_argument("recipe", help="recipe YAML: its reward_funcs, reward_weights and stockfish_* settings are used")
+    g.add_argument("--data", nargs="+", default=["rookgrpo/tiny-rookworld-eval"],
+                   help="RookWorld data (files, directories, packaged names); default: rookgrpo/tiny-rookworld-eval")
+    g.add_argument("--n", type=int, default=200, help="positions per task and data set (default 200)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the random-legal-move answers")
+    g.add_argument("--depth", type=int, default=None, help="override the recipe's stockfish_depth")
+    g.add_argument("--json", default=None, help="also write the tables as JSON here")
     p = sub.add_parser("data", help="RookWorld data tools")
     data_sub = p.add_subparsers(dest="data_command", required=True)
     g = data_sub.add_parser("generate", help="generate RookWorld P:/A: lines with python-chess + Stockfish")

@@ -1,8 +1,8 @@
 """``rookgrpo evaluate``: greedy (or seeded, sampled) completions on RookWorld prompts, scored by the training rewards.
 
 Metrics (``P:`` rows): best-move accuracy (B: equals the engine's best), top-5 accuracy (B: among the engine's top 5),
-legal-move rate (B: legal), format rate (all of M:, E:, B: well-formed), mean best-move reward, and the share of
-the most frequent B: move (a policy collapsing onto one generic move shows there first). ``A:`` rows: exact
+legal-move rate (B: legal), format rate (all of M:, E:, B: well-formed), mean move-rank and best-move rewards, and
+the share of the most frequent B: move (a policy collapsing onto one generic move shows there first). ``A:`` rows: exact
 next-state accuracy and mean environment reward. Each metric comes with its standard error over positions, so a
 before/after difference can be told from noise. The same reward code scores training, so the numbers agree.
 """
@@ -19,7 +19,7 @@ from typing import Any
 from .chess.engine import EngineSettings, get_pool
 from .chess.formats import board_from_fen, is_legal, parse_policy
 from .errors import ConfigError
-from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat
+from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat, ChessMoveRank
 
 
 def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 32,
@@ -91,6 +91,7 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
         per_metric["legal_move_rate"] = legal
         per_metric["format_rate"] = [float(x == 1.0) for x in ChessFormat()(pp, pc)]
         per_metric["best_move_reward"] = [float(x) for x in ChessBestMove(settings)(pp, pc)]
+        per_metric["move_rank_reward"] = [float(x) for x in ChessMoveRank(settings)(pp, pc)]
         # Collapse check: a policy that answers most positions with one generic move (say a2a3) can raise legality
         # and best-move reward while best-move accuracy falls; this share makes that visible.
         counts = Counter(b for b in bests if b)
@@ -139,7 +140,8 @@ METRIC_ROWS = [
     ("top5_accuracy", "top-5 accuracy (B: in engine top 5)"),
     ("legal_move_rate", "legal-move rate (B: legal)"),
     ("format_rate", "format rate (M:, E:, B: well-formed)"),
-    ("best_move_reward", "mean best-move reward"),
+    ("move_rank_reward", "mean move-rank reward (chess_move_rank)"),
+    ("best_move_reward", "mean best-move reward (chess_best_move)"),
     ("top_move_share", "most frequent B: move's share"),
     ("env_exact_accuracy", "A: next-state exact accuracy"),
     ("env_reward", "A: mean environment reward"),

@@ -5,12 +5,21 @@ weight or swap it:
 
 - ``chess_format``: the M:, E: and B: fields are present and well-formed;
 - ``chess_legality``: share of the M: moves and the B: move that are legal;
-- ``chess_best_move``: quality of the B: move measured with Stockfish (Lichess move accuracy from win-probability
-  loss): the engine's best move earns 1.0, a move 5 centipawns worse about 0.98, a blunder little;
-- ``chess_candidates``: how many of the engine's top moves the M: list names;
-- ``chess_evals``: closeness of each E: eval to the engine's eval of its move.
+- ``chess_move_rank``: quality of the B: move against the position's alternatives: the engine's rank of the move
+  among its top 5 (1, .8, .6, .4, .2), discounted by the move's win-probability loss; any other move earns 0. What
+  the recipes train on;
+- ``chess_best_move``: the older absolute scale (Lichess move accuracy from win-probability loss). Kept under its
+  name, but it pays generic moves: a random legal move keeps about half the best move's credit in quiet positions;
+- ``chess_candidates``: overlap of the M: list with the engine's top 5, as min(precision, recall), so listing many
+  moves cannot pay;
+- ``chess_evals``: whether the E: evals separate the listed moves as the engine does, and sit at its level: constant
+  evals earn 0.
 
-Environment task (``A:`` rows): ``chess_env`` compares the completion with python-chess's ground truth.
+Environment task (``A:`` rows): ``chess_env`` compares the completion with python-chess's ground truth, with partial
+credit gated on making the change the move makes, so copying the input position earns nothing.
+
+``rookgrpo rewards audit RECIPE`` prints what fixed degenerate answers (constant moves, exhaustive lists, copies)
+earn under a recipe's rewards and weights; ``docs/rewards.md`` has the tables.
 
 Each returns ``None`` for rows of the other task (so one mixed dataset trains both), and the floor (0.0) for
 malformed or illegal output; none of them raises on model text. Policy rewards share one Stockfish pool and cache
@@ -30,6 +39,7 @@ import chess
 
 from ..chess.engine import EngineSettings, find_stockfish, get_pool
 from ..chess.formats import (
+    MAX_MOVES,
     PolicyLine,
     board_from_fen,
     env_step,
@@ -230,11 +240,66 @@ class ChessBestMove(ChessReward):
         return [None if r is None else values.get(id(r), 0.0) for r in rows]
 
 
-class ChessCandidates(ChessReward):
-    """Share of the engine's top moves (up to 5) that the M: list names. Range [0, 1].
+def rank_credit(analysis, move: str, move_cp: int | None = None) -> float:
+    """Credit of ``move`` by its standing among the engine's top moves: ``(1 - k/K) * accuracy``. Range [0, 1].
 
-    Illegal and repeated moves count nothing. With fewer than 5 legal moves in the position the target is all of
-    them.
+    ``K`` is the number of moves analysed (multipv, 5), ``k`` the number of them that score strictly better than
+    ``move`` (ties share a rank), and ``accuracy`` is :func:`move_accuracy` of the move's win-probability loss
+    against the best, so a top-5 move that blunders (a position with one good move) earns little. A move outside
+    the top ``K`` earns 0: it is no better than the engine's K-th move, whatever it is.
+
+    >>> from rookgrpo.chess.engine import Analysis
+    >>> a = Analysis("fen", ("e2e4", "d2d4", "g1f3", "c2c4", "b1c3"), (35, 35, 30, 25, -300))
+    >>> [round(rank_credit(a, m), 2) for m in ("e2e4", "d2d4", "g1f3", "c2c4", "b1c3", "a2a3")]
+    [1.0, 1.0, 0.59, 0.38, 0.05, 0.0]
+    """
+    if not analysis.scores or move not in analysis.moves:
+        return 0.0
+    score = analysis.score_of(move) if move_cp is None else move_cp
+    better = sum(s > score for s in analysis.scores)
+    return (1.0 - better / len(analysis.scores)) * move_accuracy(analysis.scores[0], score)
+
+
+class ChessMoveRank(ChessReward):
+    """Quality of the B: move against the position's alternatives: rank among the engine's top 5, times accuracy.
+
+    Range [0, 1]. Formula (:func:`rank_credit`): ``(1 - k/5) * move_accuracy(best_cp, move_cp)`` for a move in the
+    engine's multipv-5 list, where ``k`` moves score strictly better; 0 for any other move, illegal, missing or
+    malformed B:. So the engine's best earns 1.0 and its 2nd..5th about 0.8, 0.6, 0.4, 0.2 when they are close in
+    value, less when they lose ground; a generic legal move outside the top 5 earns nothing here (legality is paid by
+    ``chess_legality``). Why ranks and not an absolute scale: on a win-probability scale every quiet opening move is
+    nearly as good as the best (a random legal move kept about half the best move's credit under
+    ``chess_best_move``), and GRPO then learns generic moves. Needs one multipv analysis per unique position and no
+    extra search.
+
+    Example (depth-limited Stockfish, so exact numbers depend on the engine): b1b8 mates; b1d1 and g6f7 are legal
+    but not in the top 5 of this won position; h8h7 moves the opponent's king:
+        >>> r = ChessMoveRank(EngineSettings(depth=6, workers=1))
+        >>> p = "P: 7k/8/6K1/8/8/8/8/1Q6 w - - 0 1"
+        >>> r([p] * 4, [" M: b1b8 E: 999.99 B: b1b8", " B: b1d1", " B: g6f7", " B: h8h7"])
+        [1.0, 0.0, 0.0, 0.0]
+    """
+
+    name = "chess_move_rank"
+
+    def __call__(self, prompts, completions, **kwargs):
+        rows = _policy_rows(prompts, completions)
+        scored = [r for r in rows if r is not None and r.board is not None and is_legal(r.board, r.line.best)]
+        pool = get_pool(self.engine) if scored else None
+        values = {}
+        if scored:
+            for r, analysis in zip(scored, pool.analyse_many([r.fen for r in scored])):
+                values[id(r)] = rank_credit(analysis, r.line.best)
+        self._log(kwargs, pool)
+        return [None if r is None else values.get(id(r), 0.0) for r in rows]
+
+
+class ChessCandidates(ChessReward):
+    """Overlap of the M: list with the engine's top moves (up to 5), as min(precision, recall). Range [0, 1].
+
+    ``|listed legal moves ∩ top| / max(len(M:), len(top))``: every listed item counts in the length, so illegal,
+    repeated and extra moves cost, and naming every legal move earns about 5 / (number of legal moves). With fewer
+    than 5 legal moves in the position the target is all of them.
 
     Example:
         >>> r = ChessCandidates(EngineSettings(depth=6, workers=1))
@@ -254,7 +319,7 @@ class ChessCandidates(ChessReward):
             for r, analysis in zip(live, pool.analyse_many([r.fen for r in live])):
                 top = set(analysis.moves)
                 named = {m for m in row_moves(r) if is_legal(r.board, m)}
-                values[id(r)] = len(named & top) / len(top) if top else 0.0
+                values[id(r)] = len(named & top) / max(len(r.line.moves), len(top)) if top else 0.0
         self._log(kwargs, pool)
         return [None if r is None else values.get(id(r), 0.0) for r in rows]
 
@@ -263,17 +328,60 @@ def row_moves(row: _PolicyRow) -> list[str]:
     return list(dict.fromkeys(row.line.moves))
 
 
+EVAL_SPREAD_FLOOR = 0.05  # pawns per listed move: below this the engine's evals count as tied
+
+
+def evals_credit(predicted: Sequence[float], engine: Sequence[float], n_listed: int,
+                 single_legal: bool = False) -> float:
+    """Credit for evals ``predicted`` of moves whose engine evals are ``engine`` (pawns): separation, level, coverage.
+
+    - separation: ``max(0, 1 - sum|dp - de| / max(sum|de|, 0.05 * n))`` with ``dp``, ``de`` the evals minus their
+      mean: 1 when the evals separate the moves as the engine does, 0 for constant evals (whatever the constant);
+      needs two judged moves unless the position has a single legal move;
+    - level: ``1 / (1 + |mean(predicted) - mean(engine)|)``: how far off the evals sit on average;
+    - coverage: judged moves / listed moves (an illegal move or an unreadable eval is a miss).
+
+    Evals are capped at ±10 pawns, so any mate score matches a mate.
+
+    >>> evals_credit([0.3, 0.1, -0.5], [0.3, 0.1, -0.5], 3), evals_credit([0.0, 0.0, 0.0], [0.3, 0.1, -0.5], 3)
+    (1.0, 0.0)
+    >>> round(evals_credit([1.3, 1.1, 0.5], [0.3, 0.1, -0.5], 3), 2)  # right differences, one pawn too high
+    0.5
+    """
+    cap = lambda x: max(-EVAL_CAP_PAWNS, min(EVAL_CAP_PAWNS, x))  # noqa: E731
+    p, e = [cap(x) for x in predicted], [cap(x) for x in engine]
+    n = len(p)
+    if n == 0 or n_listed == 0:
+        return 0.0
+    mp, me = sum(p) / n, sum(e) / n
+    level = 1.0 / (1.0 + abs(mp - me))
+    if n < 2:
+        separation = 1.0 if single_legal else 0.0
+    else:
+        spread = sum(abs(x - me) for x in e)
+        error = sum(abs((a - mp) - (b - me)) for a, b in zip(p, e))
+        separation = max(0.0, 1.0 - error / max(spread, EVAL_SPREAD_FLOOR * n))
+    return separation * level * n / max(n, n_listed)
+
+
 class ChessEvals(ChessReward):
-    """Mean closeness of each E: eval to the engine's eval of its M: move: ``1 / (1 + |error in pawns|)``.
+    """Whether the E: evals separate the M: moves as the engine does, at its level. Range [0, 1].
 
-    Range [0, 1]. Evals are compared capped at ±10 pawns (so any mate score matches a mate). A move that is illegal,
-    or has no parseable eval, scores 0 for its slot; the mean is over the M: moves.
+    Each M: move's eval is compared with the engine's eval of that move (:func:`evals_credit`): separation (the
+    evals' differences from their mean against the engine's) × level (mean offset) × coverage (share of the listed
+    moves that are legal and have a readable eval; only the first 5 are judged). Constant evals (``E: 0.0``
+    everywhere) earn 0: in quiet positions the engine's evals sit near 0, so closeness alone paid a constant answer
+    about half the credit.
+    Fewer than two judged moves earn 0, unless the position has only one legal move.
 
-    Example:
+    Example (depth-limited Stockfish: e1d2 takes the queen, about +5.3; e1f1 leaves it, about -6.4): close evals, the
+    constant 0.0, the right differences a pawn too high, one move only:
         >>> r = ChessEvals(EngineSettings(depth=6, workers=1))
-        >>> p = "P: 7k/8/6K1/8/8/8/8/1Q6 w - - 0 1"
-        >>> r([p] * 2, [" M: b1b8 E: 999.99 B: b1b8", " M: a1a8 E: x B: a1a8"])
-        [1.0, 0.0]
+        >>> p = "P: 4k3/8/8/8/8/8/3q4/4K2R w K - 0 1"
+        >>> c = [" M: e1d2 e1f1 E: 5.3 -6.4 B: e1d2", " M: e1d2 e1f1 E: 0.0 0.0 B: e1d2",
+        ...      " M: e1d2 e1f1 E: 6.3 -5.4 B: e1d2", " M: e1d2 E: 5.3 B: e1d2"]
+        >>> [round(x, 2) for x in r([p] * 4, c)]
+        [0.99, 0.0, 0.5, 0.0]
     """
 
     name = "chess_evals"
@@ -284,28 +392,37 @@ class ChessEvals(ChessReward):
         for r in rows:
             if r is None or r.board is None:
                 continue
-            for i, (move, value) in enumerate(zip(r.line.moves, r.line.evals)):
+            for move, value in list(zip(r.line.moves, r.line.evals))[:MAX_MOVES]:  # a longer list: the rest is missed
                 if value is not None and is_legal(r.board, move):
                     pairs.append((r.fen, move))
                     owners.append((id(r), value))
         pool = get_pool(self.engine) if pairs else None
-        totals: dict[int, float] = {}
+        judged: dict[int, tuple[list[float], list[float]]] = {}
         if pairs:
             for (owner, predicted), cp in zip(owners, pool.move_scores(pairs)):
                 if cp is not None:
-                    totals[owner] = totals.get(owner, 0.0) + eval_closeness(predicted, cp / 100.0)
+                    got, truth = judged.setdefault(owner, ([], []))
+                    got.append(predicted)
+                    truth.append(cp / 100.0)
         self._log(kwargs, pool)
-        return [None if r is None else totals.get(id(r), 0.0) / max(1, len(r.line.moves)) for r in rows]
+        out = []
+        for r in rows:
+            if r is None:
+                out.append(None)
+            elif id(r) not in judged:
+                out.append(0.0)
+            else:
+                single = r.board.legal_moves.count() == 1
+                out.append(evals_credit(*judged[id(r)], n_listed=len(r.line.moves), single_legal=single))
+        return out
 
 
 # --- environment task --------------------------------------------------------------------------------------------
 
-# Partial credit by field; the weights sum to 1 and partial credit is scaled to at most PARTIAL_MAX, so only an
-# exact completion earns 1.0.
-ENV_FIELD_WEIGHTS = {
-    "board": 0.40, "side": 0.10, "castling": 0.10, "en_passant": 0.10, "clocks": 0.10, "reward": 0.10, "flags": 0.10,
-}
-PARTIAL_MAX = 0.9
+# Partial credit, in tiers that each need the one before complete: the board change (up to CHANGE_CREDIT), then the
+# legality verdict (reward, terminated, truncated; up to VERDICT_CREDIT), then the other FEN fields (side to move,
+# castling, en passant, clocks; up to REST_CREDIT). At most 0.9 in all, so only an exact completion earns 1.0.
+CHANGE_CREDIT, VERDICT_CREDIT, REST_CREDIT = 0.5, 0.2, 0.2
 
 
 def _squares(placement: str) -> list[str]:
@@ -316,22 +433,67 @@ def _squares(placement: str) -> list[str]:
     return (squares + ["?"] * 64)[:64]
 
 
-def env_field_scores(expected: str, predicted: str) -> dict[str, float]:
-    """Per-field agreement (0..1) between an expected and a predicted ``A:`` completion."""
+def board_change_credit(before: str, expected: str, predicted: str) -> float:
+    """How much of the move's change to the board ``predicted`` makes, from placements (FEN's first field). [0, 1].
+
+    The changed squares are those where ``expected`` differs from ``before`` (from and to squares, a castling rook,
+    an en-passant capture). Credit is ``(changed squares right - other squares wrong) / changed squares``, floored
+    at 0: the unchanged input earns 0, moving the piece off its square but not onto the target earns half on a
+    two-square move. When nothing changes (an illegal move), the unchanged board earns 1 and each wrongly changed
+    square costs half.
+
+    >>> start = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR"
+    >>> after = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR"
+    >>> board_change_credit(start, after, after), board_change_credit(start, after, start)
+    (1.0, 0.0)
+    >>> board_change_credit(start, after, "rnbqkbnr/pppppppp/8/8/8/8/PPPP1PPP/RNBQKBNR")  # pawn lifted, not placed
+    0.5
+    """
+    b, e, p = _squares(before), _squares(expected), _squares(predicted)
+    changed = [i for i in range(64) if b[i] != e[i]]
+    wrong_elsewhere = sum(p[i] != e[i] for i in range(64) if b[i] == e[i])
+    if not changed:
+        return max(0.0, 1.0 - wrong_elsewhere / 2)
+    right = sum(p[i] == e[i] for i in changed)
+    return max(0.0, (right - wrong_elsewhere) / len(changed))
+
+
+def env_credit(fen: str, expected: str, predicted: str) -> float:
+    """Credit of an ``A:`` completion ``predicted`` against the ground truth ``expected`` for the position ``fen``.
+
+    1.0 for an exact match. Otherwise tiered partial credit, each tier gated on the one before being complete:
+    ``0.5 * board change`` (:func:`board_change_credit`), then ``0.2 *`` the share of reward, terminated and truncated
+    right, then ``0.2 *`` the share of side to move, castling, en passant and clocks right. Copying the input
+    position earns 0 on any legal move; a completion without ``+`` fields earns 0.
+
+    >>> fen = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+    >>> truth = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0"
+    >>> env_credit(fen, truth, truth), env_credit(fen, truth, fen + "+0.001+0+0")
+    (1.0, 0.0)
+    >>> env_credit(fen, truth, "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR w KQkq - 0 1+0.001+0+0")  # side kept
+    0.85
+    >>> env_credit(fen, truth, "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+1.0+1+0")  # wrong verdict
+    0.566667
+    """
+    if not isinstance(predicted, str) or "+" not in predicted:
+        return 0.0
+    if predicted == expected:
+        return 1.0
     exp, got = parse_env_completion(expected), parse_env_completion(predicted)
     e_fen, g_fen = exp.new_fen.split(), got.new_fen.split()
+    change = board_change_credit(fen.split()[0], e_fen[0], g_fen[0] if g_fen else "")
+    credit = CHANGE_CREDIT * change
+    if change < 1.0:
+        return round(credit, 6)
+    verdict = (_same_number(exp.reward, got.reward) + (exp.terminated == got.terminated)
+               + (exp.truncated == got.truncated)) / 3
+    credit += VERDICT_CREDIT * verdict
+    if verdict < 1.0:
+        return round(credit, 6)
     field_at = lambda parts, i: parts[i] if len(parts) > i else None  # noqa: E731
-    board = sum(a == b for a, b in zip(_squares(e_fen[0]), _squares(g_fen[0]) if g_fen else ["?"] * 64)) / 64
-    clocks = (field_at(e_fen, 4) == field_at(g_fen, 4)) / 2 + (field_at(e_fen, 5) == field_at(g_fen, 5)) / 2
-    return {
-        "board": board,
-        "side": float(field_at(e_fen, 1) == field_at(g_fen, 1)),
-        "castling": float(field_at(e_fen, 2) == field_at(g_fen, 2)),
-        "en_passant": float(field_at(e_fen, 3) == field_at(g_fen, 3)),
-        "clocks": clocks,
-        "reward": float(_same_number(exp.reward, got.reward)),
-        "flags": (exp.terminated == got.terminated) / 2 + (exp.truncated == got.truncated) / 2,
-    }
+    rest = [field_at(e_fen, i) == field_at(g_fen, i) for i in (1, 2, 3)]
+    rest.append(((field_at(e_fen, 4) == field_at(g_fen, 4)) + (field_at(e_fen, 5) == field_at(g_fen, 5))) / 2)
+    return round(credit + REST_CREDIT * sum(rest) / len(rest), 6)
 
 
 def _same_number(a: str, b: str) -> bool:
@@ -342,17 +504,20 @@ def _same_number(a: str, b: str) -> bool:
 
 
 class ChessEnv(ChessReward):
-    """Environment task: 1.0 for the exact ground-truth completion, else partial credit by field (at most 0.9).
+    """Environment task: 1.0 for the exact ground-truth completion, else credit gated on the move's change (≤ 0.9).
 
-    The ground truth is :func:`rookgrpo.chess.formats.env_step` on the prompt's FEN, move and history. Fields:
-    board (share of the 64 squares right), side to move, castling, en passant, clocks, reward, flags. A prompt with
-    an unreadable FEN cannot be judged and earns the floor like its completions.
+    The ground truth is :func:`rookgrpo.chess.formats.env_step` on the prompt's FEN, move and history. Partial credit
+    (:func:`env_credit`) comes in tiers, each needing the one before complete: the board change the move makes (0.5),
+    the legality verdict (reward and flags, 0.2), the other FEN fields (0.2). So copying the input position, with or
+    without the side to move flipped, earns 0 on a legal move, and credit still rises square by square towards the
+    right board, which keeps a spread within a group. A prompt with an unreadable FEN earns the floor.
 
     Example:
         >>> r = ChessEnv()
         >>> p = "A: 7k/8/6K1/8/8/8/8/1Q6 w - - 0 1+b1b8+b1b8+"
-        >>> r([p] * 3, ["1Q5k/8/6K1/8/8/8/8/8 b - - 1 1+1.0+1+0", "1Q5k/8/6K1/8/8/8/8/8 b - - 1 1+0.001+0+0", "junk"])
-        [1.0, 0.765, 0.0]
+        >>> r([p] * 4, ["1Q5k/8/6K1/8/8/8/8/8 b - - 1 1+1.0+1+0", "1Q5k/8/6K1/8/8/8/8/8 b - - 1 1+0.001+0+0",
+        ...             "7k/8/6K1/8/8/8/8/1Q6 w - - 0 1+0.001+0+0", "junk"])
+        [1.0, 0.566667, 0.0, 0.0]
     """
 
     name = "chess_env"
@@ -371,20 +536,18 @@ class ChessEnv(ChessReward):
                 continue
             expected = env_step(fields.fen, fields.move, fields.history).completion()
             text = completion_text(completion).split("\n", 1)[0].strip()
-            if text == expected:
-                out.append(1.0)
-                continue
-            scores = env_field_scores(expected, text)
-            partial = sum(ENV_FIELD_WEIGHTS[k] * v for k, v in scores.items())
-            out.append(round(PARTIAL_MAX * partial, 6) if "+" in text else 0.0)
+            out.append(env_credit(fields.fen, expected, text))
         return out
 
 
 chess_format = register_reward("chess_format")(ChessFormat())
 chess_legality = register_reward("chess_legality")(ChessLegality())
 chess_best_move = register_reward("chess_best_move")(ChessBestMove())
+chess_move_rank = register_reward("chess_move_rank")(ChessMoveRank())
 chess_candidates = register_reward("chess_candidates")(ChessCandidates())
 chess_evals = register_reward("chess_evals")(ChessEvals())
 chess_env = register_reward("chess_env")(ChessEnv())
 
-POLICY_REWARDS = ("chess_format", "chess_legality", "chess_best_move", "chess_candidates", "chess_evals")
+POLICY_REWARDS = (
+    "chess_format", "chess_legality", "chess_move_rank", "chess_best_move", "chess_candidates", "chess_evals",
+)

@@ -1,0 +1,241 @@
+"""``rookgrpo rewards audit``: what fixed degenerate answers earn under a recipe's own rewards and weights.
+
+GRPO optimises what a reward pays. If a constant move, an exhaustive move list or a copy of the input earns a good
+share of what the right answer earns, a policy finds that answer and the reward rises while the model gets worse.
+The audit scores fixed policies on real positions with the recipe's reward functions, weights and engine settings,
+summed the way TRL sums them (weighted, ``None`` skipped), and reports each as a share of the right answer's reward.
+
+Policy task (``P:`` rows), each a full completion (``M: ... E: ... B: ...``):
+
+- ``engine best``: M: the engine's top 5 with its evals, B: its best move (the reference answer);
+- ``engine 2nd`` / ``engine 5th``: the same M: and E:, B: the engine's 2nd / 5th move;
+- ``random legal``: M: up to 5 random legal moves with E: 0.0, B: the first of them;
+- ``constant pawn move``: ``a2a3`` (white to move) or ``a7a6`` (black), as M: and B:, E: 0.0;
+- ``all legal moves``: M: every legal move with E: 0.0, B: the engine's best;
+- ``constant evals``: the reference with every eval replaced by 0.0.
+
+Environment task (``A:`` rows; when the data has none, one per ``P:`` position playing its B: label), split into
+rows whose move is legal and rows whose move is illegal:
+
+- ``exact``: the ground truth; ``copy FEN``: the input FEN with ``+0.001+0+0``; ``copy FEN, side flipped``;
+- ``board right, rest copied``: the new piece placement with the input's side, castling, en passant and clocks,
+  and ``+0.001+0+0``;
+- ``wrong flags``: the exact new FEN with a wrong reward and terminated flag.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import chess
+
+from ..chess.engine import MATE_SCORE, Analysis, EngineSettings, get_pool
+from ..chess.formats import (
+    env_step,
+    format_eval,
+    is_legal,
+    parse_env,
+    parse_policy,
+    split_env,
+    split_policy,
+    task_of,
+)
+from ..errors import ConfigError
+
+REFERENCE = "engine best"
+ENV_REFERENCE = "exact"
+
+
+def _eval_text(cp: int) -> str:
+    if abs(cp) >= MATE_SCORE - 1000:  # mate in n: ±(1000 - n/100) pawns, as RookWorld writes mates (±999.xx)
+        return format_eval(math.copysign(1000 - (MATE_SCORE - abs(cp)) / 100, cp))
+    return format_eval(cp / 100)
+
+
+def _line(moves: Sequence[str], evals: Sequence[str], best: str) -> str:
+    return f" M: {' '.join(moves)} E: {' '.join(evals)} B: {best}"
+
+
+def policy_answers(fen: str, analysis: Analysis, rng: random.Random) -> dict[str, str]:
+    """The degenerate ``P:`` completions for one position (see the module docstring)."""
+    board = chess.Board(fen)
+    legal = [m.uci() for m in board.legal_moves]
+    top, evals = list(analysis.moves), [_eval_text(cp) for cp in analysis.scores]
+    sample = rng.sample(legal, min(5, len(legal)))
+    pawn = "a2a3" if board.turn == chess.WHITE else "a7a6"
+    return {
+        REFERENCE: _line(top, evals, top[0]),
+        "engine 2nd": _line(top, evals, top[min(1, len(top) - 1)]),
+        "engine 5th": _line(top, evals, top[min(4, len(top) - 1)]),
+        "random legal": _line(sample, ["0.0"] * len(sample), sample[0]),
+        "constant pawn move": _line([pawn], ["0.0"], pawn),
+        "all legal moves": _line(legal, ["0.0"] * len(legal), top[0]),
+        "constant evals": _line(top, ["0.0"] * len(top), top[0]),
+    }
+
+
+def env_answers(prompt: str) -> dict[str, str]:
+    """The degenerate ``A:`` completions for one prompt (see the module docstring)."""
+    fields = parse_env(prompt)
+    truth = env_step(fields.fen, fields.move, fields.history)
+    parts, new = fields.fen.split(), truth.new_fen.split()
+    flipped = " ".join([parts[0], "b" if parts[1] == "w" else "w", *parts[2:]])
+    wrong = "+0.001+0+0" if truth.terminated == "1" or truth.truncated == "1" else "+1.0+1+0"
+    return {
+        ENV_REFERENCE: truth.completion(),
+        "copy FEN": f"{fields.fen}+0.001+0+0",
+        "copy FEN, side flipped": f"{flipped}+0.001+0+0",
+        "board right, rest copied": " ".join([new[0], *parts[1:]]) + "+0.001+0+0",
+        "wrong flags": truth.new_fen + wrong,
+    }
+
+
+@dataclass
+class AuditTable:
+    """Mean reward per component and weighted total, per degenerate policy, on one set of rows."""
+
+    title: str
+    n_rows: int
+    components: list[str]
+    reference: str
+    rows: dict[str, dict[str, float]] = field(default_factory=dict)  # policy -> component (and "total") -> mean
+
+    def share(self, policy: str) -> float:
+        """The policy's weighted reward as a share of the reference answer's (NaN when the reference earns 0)."""
+        ref = self.rows[self.reference]["total"]
+        return self.rows[policy]["total"] / ref if ref > 0 else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"title": self.title, "n_rows": self.n_rows, "components": self.components,
+                "reference": self.reference, "rows": self.rows,
+                "share": {p: self.share(p) for p in self.rows}}
+
+
+def score_policies(reward_funcs: Sequence[Callable], weights: Sequence[float], prompts: Sequence[str],
+                   answers: Sequence[dict[str, str]], title: str, reference: str) -> AuditTable:
+    """Score every policy's answers with every reward; weighted totals summed the way TRL does (``None`` skipped)."""
+    names = [getattr(f, "__name__", type(f).__name__) for f in reward_funcs]
+    table = AuditTable(title=title, n_rows=len(prompts), components=[], reference=reference)
+    if not prompts:
+        return table
+    per_component: dict[str, dict[str, list]] = {}
+    for policy in answers[0]:
+        completions = [a[policy] for a in answers]
+        totals = [0.0] * len(prompts)
+        row: dict[str, float] = {}
+        for name, func, weight in zip(names, reward_funcs, weights):
+            values = func(prompts=list(prompts), completions=completions, completion_ids=None)
+            if all(v is None for v in values):
+                continue  # not this task's reward
+            per_component.setdefault(name, {})
+            row[name] = sum(v for v in values if v is not None) / len(values)
+            totals = [t + weight * v if v is not None else t for t, v in zip(totals, values)]
+        row["total"] = sum(totals) / len(totals)
+        table.rows[policy] = row
+    table.components = list(per_component)
+    return table
+
+
+def derive_env_prompts(policy_prompts: Sequence[str], labels: Sequence[str]) -> list[str]:
+    """``A:`` prompts from ``P:`` positions: each plays its labelled move (legal or not), history = that move."""
+    out = []
+    for prompt, move in zip(policy_prompts, labels):
+        fen = parse_policy(prompt + " M:").fen
+        if move:
+            out.append(f"A: {fen}+{move}+{move}+")
+    return out
+
+
+def audit(reward_funcs: Sequence[Callable], weights: Sequence[float] | None, lines: Sequence[str],
+          settings: EngineSettings, n: int | None = None, seed: int = 0, title: str = "") -> list[AuditTable]:
+    """Audit ``reward_funcs`` (with ``weights``) on RookWorld ``lines`` (full ``P:``/``A:`` lines).
+
+    Returns three tables: ``P:`` rows, ``A:`` rows with a legal move, ``A:`` rows with an illegal move. ``settings``
+    is the engine used to build the reference answers (the recipe's, so the reference is what its rewards call best).
+    """
+    weights = list(weights) if weights is not None else [1.0] * len(reward_funcs)
+    if len(weights) != len(reward_funcs):
+        raise ConfigError(f"reward_weights: {len(weights)} weights for {len(reward_funcs)} reward_funcs.")
+    p_lines = [line for line in lines if task_of(line) == "P"][:n]
+    a_lines = [line for line in lines if task_of(line) == "A"][:n]
+    p_prompts = [split_policy(line)[0] for line in p_lines]
+    rng = random.Random(seed)
+    tables = []
+    if p_prompts:
+        fens = [parse_policy(line).fen for line in p_lines]
+        analyses = get_pool(settings).analyse_many(fens)
+        keep = [i for i, a in enumerate(analyses) if a.moves]  # finished games have no move to judge
+        answers = [policy_answers(fens[i], analyses[i], rng) for i in keep]
+        tables.append(score_policies(reward_funcs, weights, [p_prompts[i] for i in keep], answers,
+                                     f"{title}P: rows", REFERENCE))
+    if a_lines:
+        env_prompts = [split_env(line)[0] for line in a_lines]
+        source = "A: rows"
+    else:
+        env_prompts = derive_env_prompts(p_prompts, [parse_policy(line).best for line in p_lines])
+        source = "A: rows derived from the P: positions and their B: labels"
+    legal, illegal = [], []
+    for prompt in env_prompts:
+        fields = parse_env(prompt)
+        (legal if is_legal(chess.Board(fields.fen), fields.move) else illegal).append(prompt)
+    for group, label in ((legal, "legal move"), (illegal, "illegal move")):
+        if group:
+            tables.append(score_policies(reward_funcs, weights, group, [env_answers(p) for p in group],
+                                         f"{title}{source}, {label}", ENV_REFERENCE))
+    return tables
+
+
+def format_tables(tables: Sequence[AuditTable]) -> str:
+    """Markdown tables: per policy, each component's mean, the weighted total and its share of the reference."""
+    out = []
+    for table in tables:
+        if not table.rows:
+            continue
+        header = ["answer", *table.components, "weighted", "share of reference"]
+        out.append(f"{table.title} ({table.n_rows})\n")
+        out.append("| " + " | ".join(header) + " |")
+        out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+        for policy, row in table.rows.items():
+            cells = [f"{row[c]:.3f}" for c in table.components]
+            out.append("| " + " | ".join([policy, *cells, f"{row['total']:.3f}", f"{table.share(policy):.0%}"]) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def recipe_rewards(recipe: dict[str, Any]) -> tuple[list[Callable], list[float], EngineSettings]:
+    """The recipe's reward functions (configured as the trainer would), weights and engine settings."""
+    from ..config import RookGRPOConfig
+    from ..trainer import _setup_reward
+    from .registry import resolve_reward_func
+
+    entries = recipe.get("reward_funcs")
+    if not entries:
+        raise ConfigError("reward_funcs: the recipe names no reward functions to audit.")
+    entries = entries if isinstance(entries, list) else [entries]
+    defaults = {f: RookGRPOConfig.__dataclass_fields__[f].default for f in
+                ("stockfish_path", "stockfish_depth", "stockfish_nodes", "stockfish_workers")}
+    args = _Args(**{k: recipe.get(k, v) for k, v in defaults.items()})
+    funcs = []
+    for entry in entries:
+        func = resolve_reward_func(entry)
+        if isinstance(func, str):
+            raise ConfigError(f"reward_funcs: {entry!r} is a reward model; the audit scores reward functions only.")
+        funcs.append(_setup_reward(func, args))
+    weights = recipe.get("reward_weights") or [1.0] * len(funcs)
+    settings = EngineSettings(path=args.stockfish_path, depth=args.stockfish_depth, nodes=args.stockfish_nodes,
+                              workers=args.stockfish_workers)
+    return funcs, [float(w) for w in weights], settings
+
+
+@dataclass
+class _Args:
+    """The config fields rewards read in ``setup(args)``."""
+
+    stockfish_path: str | None
+    stockfish_depth: int | None
+    stockfish_nodes: int | None
+    stockfish_workers: int | None

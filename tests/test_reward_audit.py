@@ -1,0 +1,87 @@
+"""What degenerate answers earn under the shipped chess recipes: the audit's numbers, pinned with real Stockfish.
+
+GRPO optimises what the reward pays, so these are the limits the recipes promise (docs/rewards.md): a random legal
+move at most 50% of the engine best's weighted P: reward, the engine's 5th-best at most 60%, a constant pawn move at
+most 40%, listing every legal move below the engine's answer, and copying the input FEN at most 10% of an exact A:
+answer on legal moves. Measured on the packaged held-out positions and on RookWorld's validation file.
+"""
+
+import json
+
+import pytest
+import yaml
+
+from conftest import REPO, SHARED_DATA, run_cli, venv_bin
+from rookgrpo.chess.data import load_rookworld
+from rookgrpo.rewards.audit import audit, recipe_rewards
+
+RECIPES = ["rookworld-tiny.yaml", "rookworld.yaml"]
+LIMITS = {"random legal": 0.50, "engine 5th": 0.60, "constant pawn move": 0.40}
+
+
+def data_sets():
+    yield "rookgrpo/tiny-rookworld-eval"
+    path = SHARED_DATA / "rook_val_500.txt"
+    if path.exists():
+        yield str(path)
+
+
+@pytest.fixture(scope="module", params=RECIPES)
+def recipe(request):
+    recipe = yaml.safe_load((REPO / "recipes" / request.param).read_text())
+    recipe["stockfish_depth"] = 6  # the recipes' weights and rewards, at a depth fast enough for the suite
+    recipe["stockfish_workers"] = 2
+    return request.param, recipe_rewards(recipe)
+
+
+@pytest.mark.parametrize("data", list(data_sets()))
+def test_degenerate_answers_earn_less_than_the_limits(recipe, data):
+    name, (funcs, weights, settings) = recipe
+    tables = audit(funcs, weights, load_rookworld(data)["text"], settings, n=80, seed=1)
+    by_title = {t.title.split(", ")[-1] if "A:" in t.title else "P": t for t in tables}
+    policy = by_title["P"]
+    assert policy.n_rows >= 60
+    assert policy.share("engine best") == 1.0
+    for answer, limit in LIMITS.items():
+        assert policy.share(answer) <= limit, (name, data, answer, policy.share(answer))
+    assert policy.share("all legal moves") < 1.0
+    assert policy.share("engine 2nd") < 1.0 and policy.share("engine 5th") < policy.share("engine 2nd")
+    env = by_title["legal move"]
+    assert env.n_rows >= 20
+    assert env.share("copy FEN") <= 0.10 and env.share("copy FEN, side flipped") <= 0.10
+    # Partial credit is still there for answers that get the board right, so groups keep a spread.
+    assert 0.5 < env.share("board right, rest copied") < 1.0
+
+
+def test_constant_evals_earn_nothing_where_evals_are_judged():
+    funcs, weights, settings = recipe_rewards({**yaml.safe_load((REPO / "recipes" / "rookworld.yaml").read_text()),
+                                               "stockfish_depth": 6, "stockfish_workers": 2})
+    table = audit(funcs, weights, load_rookworld("rookgrpo/tiny-rookworld-eval")["text"], settings, n=40)[0]
+    assert table.rows["engine best"]["chess_evals"] > 0.95
+    assert table.rows["constant evals"]["chess_evals"] == 0.0
+    assert table.rows["all legal moves"]["chess_candidates"] < 0.3
+
+
+@pytest.mark.slow
+def test_audit_command_prints_and_writes_the_tables(tmp_path):
+    out = tmp_path / "audit.json"
+    proc = run_cli([venv_bin("rookgrpo"), "rewards", "audit", str(REPO / "recipes" / "rookworld-tiny.yaml"),
+                    "--n", "20", "--depth", "4", "--json", str(out)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| random legal |" in proc.stdout and "| copy FEN |" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["depth"] == 4 and report["weights"] == [0.25, 0.5, 2.0, 0.5, 1.0]
+    shares = report["data"][0]["tables"][0]["share"]
+    assert shares["engine best"] == 1.0 and shares["random legal"] < 0.5
+
+
+def test_audit_refuses_a_reward_model_and_mismatched_weights(tmp_path):
+    from rookgrpo import ConfigError
+
+    judge = tmp_path / "judge"
+    judge.mkdir()
+    with pytest.raises(ConfigError, match="reward model"):
+        recipe_rewards({"reward_funcs": [str(judge)]})
+    funcs, _, settings = recipe_rewards({"reward_funcs": ["chess_format"]})
+    with pytest.raises(ConfigError, match="reward_weights"):
+        audit(funcs, [1.0, 2.0], ["P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1a2 E: 0.0 B: a1a2"], settings)
