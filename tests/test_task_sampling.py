@@ -86,3 +86,82 @@ def test_json_on_the_command_line_is_accepted(tmp_path):
     args = RookGRPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=8, num_generations=4,
                           task_generation_kwargs='{"A": {"temperature": 0.95, "top_p": 0.95}}')
     assert args.task_generation_kwargs == {"A": {"temperature": 0.95, "top_p": 0.95}}
+
+
+# --- the loss temperature in every layout (policy and reference at the temperature that sampled the batch) --------
+
+
+class EngineLike(torch.nn.Module):
+    """Wraps a model the way DeepSpeed's engine (and DDP) do: ``forward`` delegates to ``.module``."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+
+def _frozen_args(tmp_path, **overrides):
+    # Learning rate 0 and no dropout: policy and reference stay the same network, so the per-token KL TRL logs is 0
+    # exactly when both log-probs use the same temperature, and > 0 when they do not.
+    values = dict(max_steps=4, beta=0.04, learning_rate=0.0, disable_dropout=True, per_device_train_batch_size=4,
+                  task_generation_kwargs={t: {"temperature": v} for t, v in TEMPS.items()})
+    values.update(overrides)
+    return tiny_grpo_args(tmp_path, **values)
+
+
+def _train_kls(trainer):
+    trainer.train()
+    kls = [h["kl"] for h in trainer.state.log_history if "kl" in h and "loss" in h]
+    assert kls
+    return kls
+
+
+@pytest.mark.parametrize("layout", [{"steps_per_generation": 2}, {"num_iterations": 2}])
+def test_evaluation_between_buffered_steps_leaves_the_training_loss_temperature(tiny_model_dir, two_task_dataset,
+                                                                               tmp_path, layout):
+    """An eval batch mixing tasks is generated at the base temperature; the next optimizer step reuses buffered
+    chunks of a P: or A: training batch and must still compute its log-probs at that batch's temperature."""
+    args = _frozen_args(tmp_path, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8, **layout)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=two_task_dataset, eval_dataset=two_task_dataset.select(range(8)))
+    kls = _train_kls(trainer)
+    assert any("eval_loss" in h for h in trainer.state.log_history)  # evaluation did run between the steps
+    assert max(abs(k) for k in kls) < 1e-6, kls
+
+
+def test_reference_inside_a_deepspeed_style_wrapper_follows_the_task_temperature(tiny_model_dir, two_task_dataset,
+                                                                                 tmp_path):
+    args = _frozen_args(tmp_path)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=two_task_dataset)
+    trainer.ref_model = EngineLike(trainer.ref_model)
+    kls = _train_kls(trainer)
+    assert max(abs(k) for k in kls) < 1e-6, kls
+
+
+def test_a_model_in_use_without_the_fused_head_fails_loudly(tiny_model_dir, two_task_dataset, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=_frozen_args(tmp_path),
+                              train_dataset=two_task_dataset)
+    trainer.ref_model = EngineLike(AutoModelForCausalLM.from_pretrained(tiny_model_dir))  # a model TRL never patched
+    with pytest.raises(ConfigError, match="reference model"):
+        trainer.train()
+
+
+def test_innermost_model_sees_through_wrappers(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from rookgrpo.task_sampling import innermost_model
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+
+    class Compiled(torch.nn.Module):  # torch.compile's OptimizedModule keeps the model as _orig_mod
+        def __init__(self, m):
+            super().__init__()
+            self._orig_mod = m
+
+    assert innermost_model(EngineLike(Compiled(EngineLike(model)))) is model
+    assert innermost_model(model) is model

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 from trl.trainer.utils import nanstd  # TRL's own, so recomputed advantages match TRL's exactly
 
-# key → (side, pad value or "pad_token") for the per-row tensors of a scored batch.
+# key → (side, pad value or "pad_token") for the per-row tensors of a scored batch. Each pad value is the one TRL
+# itself has at padded positions: masked log-prob differences give an importance-sampling ratio of exp(0) = 1 there,
+# and losses that sum log-ratios without a mask (VESPO) would zero a row's weight if padding were 0.
 ROW_KEYS: dict[str, tuple[str, Any]] = {
     "prompt_ids": ("left", "pad_token"),
     "prompt_mask": ("left", 0),
@@ -23,7 +25,7 @@ ROW_KEYS: dict[str, tuple[str, Any]] = {
     "old_per_token_logps": ("right", 0.0),
     "ref_per_token_logps": ("right", 0.0),
     "sampling_per_token_logps": ("right", 0.0),
-    "importance_sampling_ratio": ("right", 0.0),
+    "importance_sampling_ratio": ("right", 1.0),
     "tool_mask": ("right", 1),
     "advantages": ("none", None),
 }

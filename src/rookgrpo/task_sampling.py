@@ -16,7 +16,9 @@ optimisation step that reuses them (``steps_per_generation``, ``num_iterations``
 
 from __future__ import annotations
 
+import functools
 import json
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -112,19 +114,30 @@ def batch_task(inputs: Sequence[dict], column: str) -> str | None:
 
 
 class TaskSettings:
-    """Puts one task's sampling settings on a trainer: generation (transformers or vLLM) and the loss temperature."""
+    """Puts one task's sampling settings on a trainer: generation (transformers or vLLM) and the loss temperature.
+
+    The loss temperature follows the batch being optimised, not the last generation call: the task of the latest
+    *training* generation batch is remembered, and :meth:`before_loss` sets its temperature before every training
+    loss (evaluation batches, generated between two optimizer steps that reuse buffered chunks of one training batch,
+    set their own temperature for their own loss and leave the training batch's alone).
+    """
 
     def __init__(self, trainer, per_task: dict[str, dict[str, Any]]):
         self.per_task = per_task
         self.base = {k: getattr(trainer, k, None) for k in SETTINGS}
         self.current: str | None = None
+        self.batch_task: dict[str, str | None] = {"train": None, "eval": None}
+        temperatures = {float(self.settings_for(t)["temperature"]) for t in [None, *per_task]}
+        self.loss_temperature = LossTemperature(trainer, temperatures)
 
     def settings_for(self, task: str | None) -> dict[str, Any]:
         return {**self.base, **self.per_task.get(task, {})} if task is not None else dict(self.base)
 
     def apply(self, trainer, task: str | None) -> None:
+        """Before generating a batch of ``task``: its sampling settings, and its temperature for the loss."""
         settings = self.settings_for(task)
         self.current = task
+        self.batch_task["train" if trainer.model.training else "eval"] = task
         for key, value in settings.items():
             if hasattr(trainer, key):
                 setattr(trainer, key, value)
@@ -134,35 +147,113 @@ class TaskSettings:
             kwargs = getattr(trainer, "generation_kwargs", None)
             if isinstance(kwargs, dict) and key in kwargs:
                 kwargs[key] = value
-        set_logprob_temperature(trainer, float(settings["temperature"]))
+        self.loss_temperature.set(trainer, float(settings["temperature"]))
+
+    def before_loss(self, trainer) -> None:
+        """Before a loss: the temperature that sampled the batch being optimised (train) or evaluated (eval)."""
+        task = self.batch_task["train" if trainer.model.training else "eval"]
+        self.loss_temperature.set(trainer, float(self.settings_for(task)["temperature"]))
 
 
-def set_logprob_temperature(trainer, temperature: float) -> None:
-    """Make the trainer's per-token log-probs divide logits by ``temperature``.
+def innermost_model(model):
+    """The model TRL patched, inside whatever wraps it: DDP/DeepSpeed/FSDP1 ``.module``, ``torch.compile``'s
+    ``_orig_mod``, PEFT's base model. TRL puts its fused LM head on that object's ``forward``."""
+    seen = set()
+    while id(model) not in seen:
+        seen.add(id(model))
+        if hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        elif isinstance(getattr(model, "module", None), torch.nn.Module):
+            model = model.module
+        elif isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+            model = model._orig_mod
+        elif isinstance(getattr(model, "_fsdp_wrapped_module", None), torch.nn.Module):
+            model = model._fsdp_wrapped_module
+        else:
+            break
+    return model
 
-    TRL up to 1.10 divides by ``trainer.temperature`` at each call. Newer TRL bakes the temperature into the fused
-    LM head it puts on the policy (and reference) model at start-up; its value lives in that head's closure, so it
-    is updated there. If a TRL version hides it elsewhere, this fails loudly rather than train with a mismatch.
+
+class LossTemperature:
+    """The temperature GRPO's per-token log-probs divide logits by, switchable per batch, for every model in use.
+
+    TRL up to 1.10 divides by ``trainer.temperature`` at each call. Newer TRL bakes the temperature into a fused LM
+    head (``add_fused_lm_head``) that it puts on the policy and the reference model at start-up. For each temperature
+    the tasks use, this builds one more fused forward with TRL's own ``add_fused_lm_head`` on the same model object,
+    and installs one dispatching ``forward`` that calls the one for the current temperature. Accelerate, DeepSpeed or
+    FSDP may wrap that forward later (autocast, output casting); :meth:`set` only changes which temperature the
+    dispatcher uses, on every model in use (policy and reference, found inside any wrapper). A model in use without
+    TRL's fused head, or replaced after start, is an error, never a silent mismatch: the KL term would compare
+    policy and reference at different temperatures.
     """
-    trainer.temperature = temperature
-    models = [getattr(trainer, "model", None), getattr(trainer, "ref_model", None)]
-    fused_found = False
-    for model in models:
-        if model is None:
-            continue
-        model = model.get_base_model() if hasattr(model, "get_base_model") else model
-        forward = getattr(model, "forward", None)
-        func = getattr(forward, "__func__", None)
-        code = getattr(func, "__code__", None)
-        if code is None or "temperature" not in code.co_freevars or getattr(func, "__closure__", None) is None:
-            continue
-        func.__closure__[code.co_freevars.index("temperature")].cell_contents = temperature
-        fused_found = True
-    if not fused_found and _trl_bakes_temperature():
-        raise ConfigError(
-            "task_generation_kwargs: this TRL version keeps the loss temperature where rookgrpo cannot set it per "
-            "batch; per-task temperatures would train on mismatched log-probs. Use one temperature or TRL <= 1.16."
-        )
+
+    ATTR = "_rookgrpo_loss_temperature"
+
+    def __init__(self, trainer, temperatures: set[float]):
+        self.temperatures = sorted(temperatures)
+        self.current: float | None = None
+        self.fused = _trl_bakes_temperature()
+        if not self.fused:
+            return
+        from trl.trainer.utils import add_fused_lm_head
+
+        cast = bool(getattr(trainer.args, "cast_lm_head_to_fp32", False))
+        for role, model in self._models(trainer):
+            inner = innermost_model(model)
+            base = vars(inner).get("forward")
+            if base is None:
+                raise ConfigError(
+                    f"task_generation_kwargs: the {role} model ({type(inner).__name__}) has no fused LM head from "
+                    "TRL, so its log-probs could not follow the per-task temperature. Use one temperature, or a TRL "
+                    "version whose GRPOTrainer patches the model with add_fused_lm_head (1.11-1.16)."
+                )
+            outputs = ("log_probs", "entropy") if role == "policy" else ("log_probs",)  # as GRPOTrainer asks
+            forwards = {}
+            for temperature in self.temperatures:
+                add_fused_lm_head(inner, temperature=temperature, cast_lm_head_to_fp32=cast, outputs=outputs)
+                forwards[temperature] = inner.forward
+                inner.forward = base
+            setattr(inner, self.ATTR, {"forwards": forwards, "temperature": float(trainer.temperature)})
+            inner.forward = types.MethodType(_dispatching_forward(type(inner)), inner)
+
+    @staticmethod
+    def _models(trainer):
+        yield "policy", trainer.model
+        if getattr(trainer, "ref_model", None) is not None:
+            yield "reference", trainer.ref_model
+
+    def set(self, trainer, temperature: float) -> None:
+        """Make the policy's and the reference's log-probs divide logits by ``temperature``."""
+        trainer.temperature = temperature
+        self.current = temperature
+        if not self.fused:
+            return
+        for role, model in self._models(trainer):
+            inner = innermost_model(model)
+            state = getattr(inner, self.ATTR, None)
+            if state is None or temperature not in state["forwards"]:
+                raise ConfigError(
+                    f"task_generation_kwargs: the {role} model ({type(inner).__name__}) was replaced after the "
+                    f"trainer was built, or temperature {temperature} was not prepared; its log-probs would not use "
+                    "the batch's sampling temperature."
+                )
+            state["temperature"] = temperature
+
+    @classmethod
+    def of(cls, model) -> float | None:
+        """The temperature ``model``'s log-probs currently use (``None`` when it has no dispatcher)."""
+        state = getattr(innermost_model(model), cls.ATTR, None)
+        return None if state is None else state["temperature"]
+
+
+def _dispatching_forward(model_class):
+    # Keep the model class's signature: `generate` validates its keyword arguments against it, as in TRL.
+    @functools.wraps(model_class.forward)
+    def forward(self, *args, **kwargs):
+        state = getattr(self, LossTemperature.ATTR)
+        return state["forwards"][state["temperature"]](*args, **kwargs)
+
+    return forward
 
 
 def _trl_bakes_temperature() -> bool:

@@ -104,6 +104,17 @@ class RookGRPOTrainer(GRPOTrainer):
             hook.on_scored_batch(self, scored)
         return scored.output
 
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """TRL's loss, with per-task sampling: at the temperature that sampled the batch being optimised.
+
+        A training batch is generated once and optimised over several steps (``steps_per_generation``,
+        ``num_iterations``); an evaluation between those steps generates at its own settings, so the temperature is
+        set here, per loss, from the task of the batch the loss is about, not from the last generation call.
+        """
+        if self._task_settings is not None:
+            self._task_settings.before_loss(self)
+        return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
     def _score_rows(self, rows: list[dict]):
         """Generate and score extra rows with TRL's own code; returns (scored batch, gathered rewards per func)."""
         output = super()._generate_and_score_completions(rows)
