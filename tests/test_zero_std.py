@@ -135,6 +135,22 @@ def test_take_rows_repads_left_and_right():
     assert out["advantages"].tolist() == [-1.0, 0.5]
 
 
+def test_take_rows_pads_each_tensor_with_trls_own_value():
+    """Importance-sampling ratios are 1 where TRL pads (a masked log-prob difference of 0); 0 there would zero the
+    weight of a whole row under VESPO, whose log-ratio sum has no mask."""
+    def batch(width, ratio):
+        return {"prompt_ids": torch.ones(1, 2, dtype=torch.long), "prompt_mask": torch.ones(1, 2, dtype=torch.long),
+                "completion_ids": torch.ones(1, width, dtype=torch.long),
+                "completion_mask": torch.ones(1, width, dtype=torch.long), "advantages": torch.tensor([1.0]),
+                "importance_sampling_ratio": torch.full((1, width), ratio),
+                "sampling_per_token_logps": torch.full((1, width), -0.5)}
+
+    out = take_rows([batch(4, 1.02), batch(2, 0.97)], [(0, 0), (1, 0)], pad_token_id=0)
+    torch.testing.assert_close(out["importance_sampling_ratio"], torch.tensor([[1.02] * 4, [0.97, 0.97, 1.0, 1.0]]))
+    assert out["sampling_per_token_logps"].tolist() == [[-0.5] * 4, [-0.5, -0.5, 0.0, 0.0]]
+    assert out["completion_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+
+
 def test_zero_std_groups_ignores_unscored_rows():
     nan = float("nan")
     rewards = torch.tensor([[1.0], [1.0], [0.0], [1.0], [nan], [0.3], [nan], [nan]])
@@ -175,3 +191,94 @@ def test_two_process_resampling_ranks_agree(tmp_path):
     state = read_json(tmp_path / "out" / "trainer_state.json")
     before = [h["resample/frac_zero_std_before"] for h in state["log_history"] if "resample/frac_zero_std_before" in h]
     assert max(before) > 0 and state["global_step"] == 4
+
+
+# --- vLLM importance sampling on spliced batches -----------------------------------------------------------------
+
+
+def _fake_vllm(trainer, mode):
+    """Make TRL take its vLLM importance-sampling path on CPU: completions come from TRL's own transformers
+    generation (use_vllm off inside ``_generate``), and the per-token sampling log-probs vLLM would return are stand-in
+    values, so TRL computes old log-probs and the importance-sampling ratio exactly as it does under vLLM."""
+    generate = trainer._generate
+
+    def fake(prompts):
+        trainer.use_vllm = False
+        try:
+            out = list(generate(prompts))
+        finally:
+            trainer.use_vllm = True
+        # Near the tiny random model's own log-probs (about -4.6: nearly uniform over its vocabulary), so ratios
+        # land on both sides of the clip bounds the tests use.
+        out[4] = [[-4.3 - 0.1 * ((i + j) % 7) for j in range(len(ids))] for i, ids in enumerate(out[1])]
+        return tuple(out)
+
+    trainer._generate = fake
+    trainer.use_vllm = True
+    trainer.vllm_importance_sampling_correction = True
+    trainer.vllm_importance_sampling_mode = mode
+
+
+def _loss_mask(out):
+    return out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
+def test_our_importance_ratio_is_trls(tiny_model_dir, flat_dataset, tmp_path, mode):
+    """Pins :func:`rookgrpo.batch.vllm_importance_sampling_ratio` to the ratio TRL itself computed (unspliced)."""
+    from rookgrpo.batch import vllm_importance_sampling_ratio
+
+    seen = []
+
+    class Capture(ZeroStdResampling):
+        def on_scored_batch(self, trainer, scored):
+            seen.append(scored.first_output)
+
+    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path, [Capture(max_rounds=0)], max_steps=1, beta=0.04,
+                       vllm_importance_sampling_clip_min=0.8, vllm_importance_sampling_clip_max=1.25)
+    _fake_vllm(trainer, mode)
+    trainer.train()
+    out = seen[0]
+    ours = vllm_importance_sampling_ratio(out["old_per_token_logps"], out["sampling_per_token_logps"], _loss_mask(out),
+                                          mode, 0.8, 1.25)
+    torch.testing.assert_close(ours, out["importance_sampling_ratio"])
+    raw = vllm_importance_sampling_ratio(out["old_per_token_logps"], out["sampling_per_token_logps"], _loss_mask(out),
+                                         mode.split("_")[0] + "_mask", None, None)  # unclipped
+    assert ((raw > 0.8) & (raw < 1.25)).any() and ((raw < 0.8) | (raw > 1.25)).any()  # both branches exercised
+
+
+@pytest.mark.parametrize("loss_type", ["vespo", "dapo"])
+def test_spliced_vllm_batches_keep_trls_ratio_semantics(tiny_model_dir, flat_dataset, tmp_path, loss_type):
+    """Padding of the ratio is 1 (TRL's value; VESPO sums log-ratios without a mask, so 0 there zeroed a row's
+    weight), and rows whose padding changed get old log-probs and ratio recomputed on the final tensors."""
+    from rookgrpo.batch import vllm_importance_sampling_ratio
+
+    seen = []
+
+    class Check(ZeroStdResampling):
+        def on_scored_batch(self, trainer, scored):
+            super().on_scored_batch(trainer, scored)
+            out = scored.output
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                fresh, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask,
+                                                                         out["completion_ids"].size(1))
+            seen.append((out, fresh))
+
+    cb = Check(max_rounds=8)
+    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path, [cb], max_steps=3, beta=0.04, loss_type=loss_type,
+                       disable_dropout=True)
+    _fake_vllm(trainer, "token_truncate")
+    trainer.train()
+    assert cb.rescored_rows > 0  # some rows came from a narrower round: the comparison below is not vacuous
+    for out, fresh in seen:
+        keep = out["completion_mask"].bool()
+        padded = ~keep
+        assert (out["importance_sampling_ratio"][padded] == 1.0).all()
+        torch.testing.assert_close(out["old_per_token_logps"][keep], fresh[keep], rtol=1e-4, atol=1e-4)
+        expected = vllm_importance_sampling_ratio(fresh, out["sampling_per_token_logps"], _loss_mask(out),
+                                                  "token_truncate", trainer.vllm_importance_sampling_clip_min,
+                                                  trainer.vllm_importance_sampling_clip_max)
+        torch.testing.assert_close(out["importance_sampling_ratio"][keep], expected[keep], rtol=1e-4, atol=1e-4)
+    assert all(torch.isfinite(torch.tensor(h["loss"])) for h in trainer.state.log_history if "loss" in h)

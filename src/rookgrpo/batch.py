@@ -8,6 +8,7 @@ under batch-level scaling, the token count that normalises the loss).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,3 +124,24 @@ def batch_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, grou
     elif scale_rewards == "batch":
         advantages = advantages / (nanstd(rewards) + eps)
     return torch.nan_to_num(advantages, nan=0.0)
+
+
+def vllm_importance_sampling_ratio(old: torch.Tensor, sampling: torch.Tensor, mask: torch.Tensor, mode: str,
+                                   clip_min: float | None, clip_max: float | None) -> torch.Tensor:
+    """The vLLM importance-sampling ratio exactly as TRL computes it from old and sampling log-probs.
+
+    Needed for rows whose old log-probs were recomputed after splicing (their padding changed); TRL computes this
+    inside ``_generate_and_score_completions`` (TRL 1.16) and exposes no function for it. A test compares this with
+    the ratio TRL itself produced for an unspliced batch, so a change in TRL's formula fails the suite.
+    """
+    diff = torch.nan_to_num((old - sampling) * mask, nan=0.0)  # unscored tokens: ratio exactly 1, as in TRL
+    if mode in ("sequence_mask", "sequence_truncate"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode in ("sequence_truncate", "token_truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    if mode in ("sequence_mask", "token_mask"):
+        low = clip_min if clip_min is not None else -math.inf
+        high = clip_max if clip_max is not None else math.inf
+        return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+    raise ValueError(f"unknown vllm_importance_sampling_mode {mode!r}")

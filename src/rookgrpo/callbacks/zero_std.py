@@ -16,8 +16,10 @@ Advantages: with per-group scaling (``scale_rewards: group`` or ``none``) each k
 computed for it. Under ``scale_rewards: batch`` or ``multi_objective_aggregation: normalize_then_sum`` advantages
 depend on the whole batch, so they are recomputed over the final batch. The loss normaliser
 (``num_items_in_batch``) is recounted, and the reference/old-policy log-probs are recomputed on the final padding
-(see :func:`_rescore_logps`). Cost: replaced groups were fully scored (generation, log-probs, rewards)
-before being dropped; ``resample/extra_completions`` reports what the extra rounds generated.
+for the rows whose padding changed, together with the vLLM importance-sampling ratio (see :func:`_rescore_logps`).
+Cost: replaced groups were fully scored (generation, log-probs, rewards) before being dropped;
+``resample/extra_completions`` reports what the extra rounds generated, ``resample/rescored_rows`` the no-grad rows
+recomputed after splicing.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class ZeroStdResampling(RookCallback):
         self.seed = seed
         self.totals = {"batches": 0, "rounds": 0, "extra_completions": 0, "groups_replaced": 0, "groups_kept": 0}
         self._draws = 0
+        self.rescored_rows = 0  # rows whose log-probs were recomputed after splicing (this process)
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
@@ -89,6 +92,7 @@ class ZeroStdResampling(RookCallback):
         metrics = trainer._metrics["train"]
         saved_lengths = {k: len(v) for k, v in metrics.items()}
         rounds = extra = replaced = 0
+        rescored_before = self.rescored_rows
         pool = trainer._replacement_pool(scored.inputs)
         while rounds < self.max_rounds:
             need = max(sum(z) for z in zero)
@@ -126,6 +130,7 @@ class ZeroStdResampling(RookCallback):
         metrics["resample/frac_zero_std_before"].append(before)
         metrics["resample/frac_zero_std_after"].append(after)
         metrics["resample/extra_completions"].append(float(extra))
+        metrics["resample/rescored_rows"].append(float(self.rescored_rows - rescored_before))
         kept = sum(map(sum, zero))
         self.totals["batches"] += 1
         self.totals["rounds"] += rounds
@@ -158,7 +163,9 @@ class ZeroStdResampling(RookCallback):
             local = len(picks)
             merged["advantages"] = advantages[rank * local:(rank + 1) * local].to(merged["advantages"].device)
         merged["num_items_in_batch"] = B.count_loss_tokens(merged, trainer.accelerator)
-        _rescore_logps(trainer, merged)
+        width = merged["prompt_ids"].size(1)
+        shifted = [i for i, (k, _) in enumerate(picks) if outputs[k]["prompt_ids"].size(1) != width]
+        self.rescored_rows += _rescore_logps(trainer, merged, shifted)
         return merged, final
 
     def state_dict(self) -> dict:
@@ -169,33 +176,52 @@ class ZeroStdResampling(RookCallback):
         self._draws = int(state.get("draws", 0))
 
 
-def _rescore_logps(trainer, merged: dict) -> None:
-    """Recompute the reference (and old-policy) log-probs of a spliced batch on its final padding.
+def _rescore_logps(trainer, merged: dict, rows: list[int]) -> int:
+    """Recompute the old-policy and reference log-probs, and the vLLM importance-sampling ratio, of the rows of a
+    spliced batch whose padding changed; returns the number of rows recomputed on this process.
 
     Why: models without explicit position ids (GPT-2, and every model TRL scores, since it passes none) number
-    positions from the left edge, padding included. Splicing rounds re-pads prompts to a common width, which shifts a
-    row's positions, so log-probs TRL computed on the round's own padding no longer match what the loss computes;
-    the KL term would compare two different positions (we saw KL jump from 0.005 to 9 nats/token). The passes run on
-    every rank whenever a round was added (a global decision), so sharded models (ZeRO-3, FSDP) stay in step.
-    Known limit: with vLLM importance-sampling correction the ratio is kept as TRL computed it.
+    positions from the left edge, padding included. Splicing rounds left-pads prompts to the widest round's width,
+    which shifts the positions of rows from narrower rounds, so log-probs TRL computed on the round's own padding no
+    longer match what the loss computes: the KL term would compare two different positions (we saw KL jump from
+    0.005 to 9 nats/token), and the vLLM ratio would correct against stale old log-probs. Rows from the widest round
+    keep their positions (extra padding on the right of a completion changes nothing before it) and keep TRL's
+    values. Every process runs the same number of passes (the largest row count any process needs, padded with
+    rows that need none), so sharded models (ZeRO-3, FSDP) stay in step.
     """
     import torch
     from trl.trainer import grpo_trainer
 
-    ids = torch.cat([merged["prompt_ids"], merged["completion_ids"]], dim=1)
-    mask = torch.cat([merged["prompt_mask"], merged["completion_mask"]], dim=1)
+    count = torch.tensor([len(rows)], device=merged["prompt_ids"].device)
+    most = int(trainer.accelerator.gather(count).max())
+    if most == 0:
+        return 0
+    need = set(rows)
+    rows = sorted(need | set([i for i in range(merged["prompt_ids"].size(0)) if i not in need][: most - len(need)]))
+    index = torch.tensor(rows, device=merged["prompt_ids"].device)
+    ids = torch.cat([merged["prompt_ids"][index], merged["completion_ids"][index]], dim=1)
+    mask = torch.cat([merged["prompt_mask"][index], merged["completion_mask"][index]], dim=1)
     keep = merged["completion_ids"].size(1)
     batch_size = trainer.args.per_device_train_batch_size
     with torch.no_grad():
         if "old_per_token_logps" in merged:
-            merged["old_per_token_logps"], _, _ = trainer._get_per_token_logps_and_entropies(
+            merged["old_per_token_logps"][index], _, _ = trainer._get_per_token_logps_and_entropies(
                 trainer.model, ids, mask, keep, batch_size)
         if "ref_per_token_logps" in merged:
             if trainer.ref_model is not None:
-                merged["ref_per_token_logps"], _, _ = trainer._get_per_token_logps_and_entropies(
+                merged["ref_per_token_logps"][index], _, _ = trainer._get_per_token_logps_and_entropies(
                     trainer.ref_model, ids, mask, keep, batch_size)
             else:  # PEFT: the reference is the base model (adapter off), or a saved "ref" adapter, as in TRL
                 model = trainer.accelerator.unwrap_model(trainer.model)
                 with grpo_trainer.use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-                    merged["ref_per_token_logps"], _, _ = trainer._get_per_token_logps_and_entropies(
+                    merged["ref_per_token_logps"][index], _, _ = trainer._get_per_token_logps_and_entropies(
                         trainer.model, ids, mask, keep, batch_size)
+        if "importance_sampling_ratio" in merged and "sampling_per_token_logps" in merged:
+            loss_mask = merged["completion_mask"][index]
+            if "tool_mask" in merged:
+                loss_mask = loss_mask * merged["tool_mask"][index]
+            merged["importance_sampling_ratio"][index] = B.vllm_importance_sampling_ratio(
+                merged["old_per_token_logps"][index], merged["sampling_per_token_logps"][index], loss_mask,
+                trainer.vllm_importance_sampling_mode, trainer.vllm_importance_sampling_clip_min,
+                trainer.vllm_importance_sampling_clip_max)
+    return len(rows)
