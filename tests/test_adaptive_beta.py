@@ -67,3 +67,34 @@ def test_bad_controller_settings_are_config_errors():
         AdaptiveBeta(target_kl=0)
     with pytest.raises(ConfigError, match="beta_min <= beta_max"):
         AdaptiveBeta(beta_min=0.5, beta_max=0.1)
+
+
+def test_controller_reads_each_training_kl_once_with_evaluation_logs_between(tiny_model_dir, smoke_dataset, tmp_path):
+    """TRL clears only the logged mode's metrics: an evaluation log must not make the controller re-read training KL
+    values it already used (eval_steps not a multiple of logging_steps)."""
+    truth, reads = [], []
+
+    class Recording(AdaptiveBeta):
+        def _new_kl_values(self):
+            values = super()._new_kl_values()
+            reads.append(values)
+            return values
+
+    args = tiny_grpo_args(tmp_path, beta=0.05, max_steps=7, logging_steps=2, eval_strategy="steps", eval_steps=3,
+                          per_device_eval_batch_size=8)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=smoke_dataset, eval_dataset=smoke_dataset.select(range(8)),
+                              callbacks=[Recording(target_kl=0.01, horizon=5)])
+    compute = trainer._compute_loss
+
+    def recorded(model, inputs):
+        loss = compute(model, inputs)
+        if trainer.model.training:
+            truth.append(trainer._metrics["train"]["kl"][-1])
+        return loss
+
+    trainer._compute_loss = recorded
+    trainer.train()
+    assert any("eval_loss" in h for h in trainer.state.log_history)
+    assert len(reads) == 7 and [len(r) for r in reads] == [1] * 7  # one fresh value per optimizer step
+    assert [v for r in reads for v in r] == truth

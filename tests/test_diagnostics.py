@@ -48,3 +48,17 @@ def test_metrics_are_logged_and_sane(tiny_model_dir, smoke_dataset, tmp_path, ca
     assert any("100% of groups had 4 identical completions" in r.getMessage() for r in caplog.records)
     shares = _history(trainer, "loss/kl_share")
     assert len(shares) == 3 and all(0.0 <= s <= 1.0 for s in shares)
+
+
+def test_kl_share_is_logged_only_where_beta_kl_is_the_loss_term(tiny_model_dir, smoke_dataset, tmp_path):
+    shares = {}
+    for loss_type in ("dapo", "bnpo", "grpo", "dr_grpo"):
+        args = tiny_grpo_args(tmp_path / loss_type, max_steps=2, beta=0.04, loss_type=loss_type)
+        trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                                  train_dataset=smoke_dataset, callbacks=[Diagnostics()])
+        trainer.train()
+        shares[loss_type] = _history(trainer, "loss/kl_share")
+        assert _history(trainer, "kl")  # the KL itself is logged for every loss type
+    assert len(shares["dapo"]) == 2 and len(shares["bnpo"]) == 2
+    assert all(0.0 <= s <= 1.0 for s in shares["dapo"] + shares["bnpo"])
+    assert shares["grpo"] == [] and shares["dr_grpo"] == []

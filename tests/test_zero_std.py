@@ -282,3 +282,108 @@ def test_spliced_vllm_batches_keep_trls_ratio_semantics(tiny_model_dir, flat_dat
                                                   trainer.vllm_importance_sampling_clip_max)
         torch.testing.assert_close(out["importance_sampling_ratio"][keep], expected[keep], rtol=1e-4, atol=1e-4)
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in trainer.state.log_history if "loss" in h)
+
+
+# --- hook order, metrics of the optimised batch, what counts as signal ---------------------------------------------
+
+
+def test_batch_changing_hooks_run_before_observers_whatever_the_listed_order(tiny_model_dir, flat_dataset, tmp_path,
+                                                                              caplog):
+    """Listed as every recipe lists them (diagnostics first): resampling still runs first, so the diagnostics book
+    the extra rounds' time to the batch that spent it and judge the batch that is optimised."""
+    import logging
+
+    calls, leftovers = [], []
+
+    class Observer(Diagnostics):
+        def on_scored_batch(self, trainer, scored):
+            super().on_scored_batch(trainer, scored)
+            calls.append("diagnostics")
+            leftovers.append(dict(trainer._phase_times))  # phase time no observer took: booked to the next batch
+
+    class Resampler(ZeroStdResampling):
+        def on_scored_batch(self, trainer, scored):
+            calls.append("resampling")
+            super().on_scored_batch(trainer, scored)
+
+    resampler = Resampler(max_rounds=8)
+    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path, [Observer(), resampler], max_steps=4)
+    assert trainer._batch_hooks[0] is resampler
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+        trainer.train()
+    assert calls == ["resampling", "diagnostics"] * 4
+    assert resampler.totals["rounds"] > 0
+    assert all(not left for left in leftovers), leftovers
+    assert not [r for r in caplog.records if "every advantage" in r.getMessage()]  # resampling fixed those batches
+
+
+def test_metrics_name_the_batch_they_describe(tiny_model_dir, flat_dataset, tmp_path):
+    """TRL's reward metrics describe the sampled batch; optimised/* the batch the loss saw; the completions table
+    holds the optimised rows with their final advantages."""
+    from rookgrpo.batch import combined_rewards
+
+    optimised = []
+
+    class Capture(ZeroStdResampling):
+        def on_scored_batch(self, trainer, scored):
+            super().on_scored_batch(trainer, scored)
+            optimised.append((combined_rewards(scored.rewards_per_func, trainer.reward_weights),
+                              [row["prompt"] for row in scored.inputs], scored.output["advantages"].tolist()))
+
+    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path, [Capture(max_rounds=8)], max_steps=4)
+    trainer.train()
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logged) == len(optimised) == 4
+    for h, (rewards, _, _) in zip(logged, optimised):
+        assert h["optimised/reward"] == pytest.approx(rewards.mean().item(), abs=1e-6)
+        assert h["optimised/frac_reward_zero_std"] == 0.0 == h["resample/frac_zero_std_after"]
+        assert "optimised/rewards/mostly_flat/mean" in h and "optimised/completions/mean_length" in h
+    assert max(h["frac_reward_zero_std"] for h in logged) > 0  # TRL's own: the sampled batch, flat groups and all
+    assert any(h["reward"] != pytest.approx(h["optimised/reward"]) for h in logged)
+    _, prompts, advantages = optimised[-1]
+    assert list(trainer._logs["prompt"]) == prompts
+    assert list(trainer._logs["advantages"]) == pytest.approx(advantages)
+    assert list(trainer._logs["rewards"]["mostly_flat"]) == pytest.approx(
+        [r for r in optimised[-1][0].tolist()])
+
+
+def test_groups_with_no_loss_tokens_count_as_no_signal(tiny_model_dir, smoke_dataset, tmp_path):
+    """With mask_truncated_completions, a group whose completions were all cut off has nothing to learn from,
+    whatever its rewards: resampling must count it as flat, not deliver it as a signal group."""
+    from rookgrpo.batch import loss_mask
+
+    empty_delivered, after = [], []
+
+    class Check(ZeroStdResampling):
+        def on_scored_batch(self, trainer, scored):
+            super().on_scored_batch(trainer, scored)
+            G = trainer.num_generations
+            tokens = loss_mask(scored.output).view(-1, G * scored.output["completion_mask"].size(1)).sum(dim=1)
+            empty_delivered.append(int((tokens == 0).sum()))
+            after.append(trainer._metrics["train"]["resample/frac_zero_std_after"][-1] * tokens.numel())
+
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset",
+                              args=tiny_grpo_args(tmp_path, max_steps=4, mask_truncated_completions=True),
+                              train_dataset=smoke_dataset, callbacks=[Check(max_rounds=2)])
+    trainer.train()
+    assert sum(empty_delivered) > 0  # the tiny model rarely stops within 8 tokens: empty groups do occur
+    assert all(kept >= empty for kept, empty in zip(after, empty_delivered))  # every one counted as kept flat
+
+
+def test_zero_std_criterion_matches_trls_advantages_for_each_aggregation():
+    # Two reward functions: their weighted sum varies in group 0 but each standardises to [+1, -1] and [-1, +1],
+    # so normalize_then_sum gives the whole group one advantage; group 1 is the reverse case.
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 0.5], [1.0, 1.0], [1.0, 0.0]])
+    weights = torch.ones(2)
+    assert zero_std_groups(rewards, weights, 2).tolist() == [False, False]
+    assert zero_std_groups(rewards, weights, 2, "normalize_then_sum").tolist() == [True, False]
+    generator = torch.Generator().manual_seed(0)
+    for aggregation in ("sum_then_normalize", "normalize_then_sum"):
+        rpf = torch.randint(0, 3, (64, 3), generator=generator).float() / 2
+        for g in (0, 5, 9):  # a few groups whose completions all earned the same rewards
+            rpf[4 * g:4 * g + 4] = rpf[4 * g]
+        rpf[4:8] = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.5, 0.0], [1.0, 0.0, 1.0], [0.0, 0.5, 0.0]])
+        advantages = batch_advantages(rpf, torch.tensor([1.0, 0.5, 2.0]), 4, "group", aggregation).view(-1, 4)
+        flat_advantages = (advantages - advantages[:, :1]).abs().amax(dim=1) < 1e-3
+        assert zero_std_groups(rpf, torch.tensor([1.0, 0.5, 2.0]), 4, aggregation).tolist() == flat_advantages.tolist()
+        assert 0 < int(flat_advantages.sum()) < 16

@@ -71,12 +71,15 @@ def take_rows(batches: Sequence[dict], picks: Sequence[tuple[int, int]], pad_tok
     return out
 
 
+def loss_mask(batch: dict) -> torch.Tensor:
+    """The completion tokens that count in the loss (completion mask, times the tool mask when there is one)."""
+    mask = batch["completion_mask"]
+    return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+
 def count_loss_tokens(batch: dict, accelerator) -> torch.Tensor:
     """Completion tokens that count in the loss, summed over all processes (TRL's ``num_items_in_batch``)."""
-    mask = batch["completion_mask"]
-    if "tool_mask" in batch:
-        mask = mask * batch["tool_mask"]
-    return accelerator.gather(mask.sum()).sum()
+    return accelerator.gather(loss_mask(batch).sum()).sum()
 
 
 def combined_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -86,19 +89,35 @@ def combined_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor) -> t
     return rewards
 
 
-def zero_std_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int) -> torch.Tensor:
+def normalized_per_function(rewards_per_func: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Each reward function's values standardised within each group, as TRL's ``normalize_then_sum`` does."""
+    grouped = rewards_per_func.view(-1, group_size, rewards_per_func.size(1))
+    normed = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)) / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
+    return normed.view(-1, rewards_per_func.size(1))
+
+
+def zero_std_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int,
+                    aggregation: str = "sum_then_normalize") -> torch.Tensor:
     """One bool per group of ``group_size`` consecutive rows: True when the group's rewards carry no signal.
 
-    A group has no signal when its combined reward has (numerically) zero spread; TRL gives all its completions
-    advantage 0. Rows no reward scored are ignored; a group with fewer than two scored rows has no signal either.
+    A group has no signal when the reward its advantages are computed from has (numerically) zero spread within the
+    group, so TRL gives all its completions the same advantage: the weighted sum of the rewards
+    (``sum_then_normalize``), or the weighted sum of each reward standardised within the group
+    (``normalize_then_sum``, where rewards [1, 0] and [0, 0.5] sum to a spread but standardise to none; standardised
+    values are of order 1 and TRL's 1e-4 epsilon alone leaves differences near 1e-4, so spreads under 1e-3 count as
+    none there). Rows no reward scored are ignored; a group with fewer than two scored rows has no signal either.
     """
+    tolerance = 1e-6
+    if aggregation == "normalize_then_sum":
+        rewards_per_func = normalized_per_function(rewards_per_func, group_size)
+        tolerance = 1e-3
     rewards = combined_rewards(rewards_per_func, weights).view(-1, group_size)
     finite = ~torch.isnan(rewards)
     filled = torch.where(finite, rewards, torch.zeros_like(rewards))
     count = finite.sum(dim=1)
     mean = filled.sum(dim=1) / count.clamp(min=1)
     spread = torch.where(finite, (filled - mean.unsqueeze(1)).abs(), torch.zeros_like(filled)).amax(dim=1)
-    return (count < 2) | torch.isclose(spread, torch.zeros_like(spread), atol=1e-6)
+    return (count < 2) | (spread <= tolerance)
 
 
 def batch_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int, scale_rewards: str,
@@ -111,9 +130,7 @@ def batch_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, grou
     """
     eps = 1e-4
     if aggregation == "normalize_then_sum":
-        grouped = rewards_per_func.view(-1, group_size, rewards_per_func.size(1))
-        normed = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)) / (nanstd(grouped, dim=1, keepdim=True) + eps)
-        rewards = combined_rewards(normed.view(-1, rewards_per_func.size(1)), weights)
+        rewards = combined_rewards(normalized_per_function(rewards_per_func, group_size), weights)
         advantages = (rewards - torch.nanmean(rewards)) / (nanstd(rewards) + eps)
         return torch.nan_to_num(advantages, nan=0.0)
     rewards = combined_rewards(rewards_per_func, weights)

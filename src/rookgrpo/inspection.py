@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .callbacks.base import RookCallback
-from .callbacks.diagnostics import kl_share
+from .callbacks.diagnostics import kl_share, kl_term
 from .evaluate import mean_se
 
 
@@ -60,6 +60,7 @@ class StepRecorder(RookCallback):
             self.step = {k: sum(v) / len(v) for k, v in metrics.items() if v and isinstance(v[0], (int, float))}
             self.step.update({k: float(v) for k, v in logs.items() if isinstance(v, (int, float))})
             self.step["beta"] = float(trainer.beta)
+            self.step["loss_type"] = trainer.loss_type
 
 
 def inspect_recipe(argv: Sequence[str]) -> dict[str, Any]:
@@ -126,11 +127,15 @@ def format_report(report: dict[str, Any], max_groups: int = 4) -> str:
             lines.append(f"    adv {batch['advantages'][i]:+.3f}{parts} {_short(batch['completions'][i], 56)!r}")
     beta, kl, loss = step.get("beta", 0.0), step.get("kl"), step.get("loss", float("nan"))
     lines += ["", "3. loss"]
-    if kl is not None:
-        kl_term = beta * kl
-        share = kl_share(loss, kl_term)
-        lines.append(f"  loss {loss:.6f} = policy term {loss - kl_term:.6f} + beta·KL {kl_term:.6f} "
-                     f"(beta {beta:g}, per-token KL {kl:.6f}; KL share {share:.0%})")
+    loss_type = step.get("loss_type", "dapo")
+    term = kl_term(loss_type, beta, kl)
+    if term is not None:
+        share = kl_share(loss, term)
+        lines.append(f"  loss {loss:.6f} = policy term {loss - term:.6f} + beta·KL {term:.6f} "
+                     f"(beta {beta:g}, per-token KL {kl:.6f}; KL share {share:.0%}; loss_type {loss_type})")
+    elif kl is not None:
+        lines.append(f"  loss {loss:.6f} (beta {beta:g}, per-token KL {kl:.6f}); loss_type {loss_type} weights tokens "
+                     "per sequence or by a fixed length, so beta·KL is not its KL term and no split is shown")
     else:
         lines.append(f"  loss {loss:.6f} (beta 0: no KL term)")
     lines.append(f"  grad norm {step.get('grad_norm', float('nan')):.4f}")

@@ -83,14 +83,18 @@ class RookGRPOTrainer(GRPOTrainer):
             self._task_settings = TaskSettings(self, self.args.task_generation_kwargs)
         for callback in self._rook_callbacks():
             callback.bind(self)
-        self._batch_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_scored_batch")]
+        # Hooks that change the batch (resampling) run before hooks that observe it (diagnostics), whatever order the
+        # recipe lists them in: an observer must see the batch that is optimised, and the time spent making it.
+        hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_scored_batch")]
+        self._batch_hooks = sorted(hooks, key=lambda cb: not getattr(cb, "changes_batch", False))
         self._log_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_log")]
 
     # ---- hooks around TRL's generation step -------------------------------------------------------------------
     # With no rookgrpo callback and no task settings these call straight through to TRL (tested: identical runs).
 
     def _generate_and_score_completions(self, inputs):
-        """TRL's generate-and-score, then the scored-batch hooks (resampling, diagnostics) in callback order."""
+        """TRL's generate-and-score, then the scored-batch hooks: batch-changing ones (resampling) first, then observers
+        (diagnostics), each group in the listed order."""
         if self._task_settings is not None:
             from .task_sampling import batch_task
 

@@ -39,7 +39,8 @@ class AdaptiveBeta(RookCallback):
         self.beta_min, self.beta_max, self.warmup_steps = beta_min, beta_max, warmup_steps
         self.beta: float | None = None
         self.updates = 0
-        self._kl_seen = 0
+        self._kl_list: list | None = None  # TRL's list of training KL values, as last read
+        self._kl_seen = 0  # how many of its values were read
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
@@ -52,11 +53,24 @@ class AdaptiveBeta(RookCallback):
             self.beta = float(min(max(trainer.beta, self.beta_min), self.beta_max))
         trainer.beta = self.beta
 
+    def _new_kl_values(self) -> list[float]:
+        """The training KL values TRL appended since the last read, each read once.
+
+        TRL clears a mode's metrics when it logs that mode (a training log replaces the train lists; an evaluation
+        log leaves them alone), so the list object tells whether the values seen before are still there.
+        """
+        kl_values = self.trainer._metrics["train"].get("kl")
+        if kl_values is None:
+            return []
+        if kl_values is not self._kl_list:
+            self._kl_list, self._kl_seen = kl_values, 0
+        new = list(kl_values[self._kl_seen:])
+        self._kl_seen = len(kl_values)
+        return new
+
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
-        kl_values = trainer._metrics["train"].get("kl", [])
-        new = list(kl_values)[self._kl_seen:] if len(kl_values) >= self._kl_seen else list(kl_values)
-        self._kl_seen = len(kl_values)
+        new = self._new_kl_values()
         kl = sum(new) / len(new) if new else None
         if kl is not None and math.isfinite(kl) and state.global_step > self.warmup_steps:
             error = max(-self.clip, min(self.clip, kl / self.target_kl - 1.0))
@@ -64,9 +78,6 @@ class AdaptiveBeta(RookCallback):
             self.updates += 1
         trainer.beta = self.beta
         trainer._metrics["train"]["beta"].append(self.beta)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        self._kl_seen = 0  # TRL clears its metric lists after logging
 
     def state_dict(self) -> dict:
         return {"beta": self.beta, "updates": self.updates}

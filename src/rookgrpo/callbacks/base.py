@@ -12,11 +12,16 @@ class RookCallback(TrainerCallback):
 
     - ``bind(trainer)`` is called once the trainer is built: validate the config (raise ``ConfigError``) and keep a
       reference to the trainer for the hooks.
+    - ``on_scored_batch(trainer, scored)`` (optional) sees each scored generation batch; set ``changes_batch = True``
+      when it replaces rows, so it runs before the observers.
     - ``state_dict()`` / ``load_state_dict()`` are saved in every checkpoint and restored on
       ``resume_from_checkpoint``, so a controller continues where it stopped.
     """
 
     state_key: str = "rook_callback"
+    # True for callbacks whose ``on_scored_batch`` replaces rows of the batch (resampling): the trainer runs them before
+    # the callbacks that only observe it, whatever the listed order.
+    changes_batch: bool = False
 
     def bind(self, trainer: Any) -> None:
         self.trainer = trainer

@@ -10,7 +10,10 @@ Logged (averaged over the logging window like TRL's own metrics):
   sampling settings leave no room to explore; such a group has no reward spread).
 - ``loss/kl_share``: share of the loss magnitude that comes from the KL term, ``beta·kl / (|loss − beta·kl| +
   beta·kl)``, using TRL's per-token ``kl``. Near 1 the KL penalty dominates and the policy is pulled back to the
-  reference instead of towards reward (published RookWorld runs: ~0.95 at beta 0.1).
+  reference instead of towards reward (published RookWorld runs: ~0.95 at beta 0.1). Logged for the loss types that
+  normalise by a token count (dapo, bnpo, cispo, vespo), where ``beta·kl`` is the loss's KL term; grpo/sapo (per
+  sequence means), dr_grpo (fixed length) and luspo (per-sequence sums) weight tokens differently, so it is not
+  logged for them rather than logged wrong.
 
 Warnings (through ``logging``, at most once per ``warn_every`` steps per kind, with a count of the ones held back):
 every advantage of a batch zero, and most groups identical.
@@ -40,6 +43,23 @@ IDENTICAL_HELP = (
     "collapsed policy. Fix: raise temperature/top_p for that task (task_generation_kwargs), lower the learning rate, "
     "or raise beta / use adaptive_beta to hold the policy near the reference."
 )
+
+
+# Loss types whose KL term is beta times TRL's logged ``kl`` (a token mean over the batch): they normalise the
+# per-token loss by a token count. grpo/sapo average per sequence first, dr_grpo divides by batch x
+# max_completion_length, luspo sums per sequence: for those, beta·kl is not the KL part of the loss.
+TOKEN_NORMALISED_LOSSES = ("dapo", "bnpo", "cispo", "vespo")
+
+
+def kl_term(loss_type: str, beta: float, kl: float | None) -> float | None:
+    """The KL part of the loss from the logged metrics, or ``None`` where the loss type does not allow it.
+
+    >>> kl_term("dapo", 0.1, 0.02), kl_term("grpo", 0.1, 0.02)
+    (0.002, None)
+    """
+    if kl is None or loss_type not in TOKEN_NORMALISED_LOSSES:
+        return None
+    return beta * kl
 
 
 def kl_share(loss: float, kl_term: float) -> float:
@@ -115,7 +135,9 @@ class Diagnostics(RookCallback):
         if "loss" not in logs or not kl_values:
             return
         beta = sum(beta_values) / len(beta_values) if beta_values else trainer.beta
-        logs["loss/kl_share"] = kl_share(float(logs["loss"]), beta * sum(kl_values) / len(kl_values))
+        term = kl_term(trainer.loss_type, beta, sum(kl_values) / len(kl_values))
+        if term is not None:
+            logs["loss/kl_share"] = kl_share(float(logs["loss"]), term)
 
     def state_dict(self) -> dict:
         return {"last_warned": self._last_warned, "held_back": self._held_back}

@@ -28,6 +28,7 @@ import hashlib
 from typing import Any
 
 import torch
+from trl.trainer.utils import nanstd
 
 from .. import batch as B
 from ..errors import ConfigError
@@ -44,6 +45,7 @@ class ZeroStdResampling(RookCallback):
     """
 
     state_key = "zero_std_resampling"
+    changes_batch = True
 
     def __init__(self, max_rounds: int = 2, seed: int | None = None):
         if int(max_rounds) < 0:
@@ -83,11 +85,11 @@ class ZeroStdResampling(RookCallback):
                               "remove the callback for this dataset.")
         G = trainer.num_generations
         world, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
-        weights = trainer.reward_weights
         n_local = len(scored.inputs) // G
-        zero = B.zero_std_groups(scored.rewards_per_func, weights, G).view(world, n_local).tolist()
+        zero = self._no_signal(trainer, scored.output, scored.rewards_per_func).view(world, n_local).tolist()
         before = sum(map(sum, zero)) / (world * n_local)
         outputs, rewards, widths, rows_per_round = [scored.output], [scored.rewards_per_func], [n_local], [scored.inputs]
+        tables = [_completion_table(trainer, world * n_local * G)]
         slots = [[(0, g) for g in range(n_local)] for _ in range(world)]
         metrics = trainer._metrics["train"]
         saved_lengths = {k: len(v) for k, v in metrics.items()}
@@ -102,12 +104,13 @@ class ZeroStdResampling(RookCallback):
             picks = self._draw(trainer, len(pool), world * need)[rank * need:(rank + 1) * need]
             rows = [dict(trainer.train_dataset[int(pool[i])]) for i in picks for _ in range(G)]
             out, rpf = scored.score(rows)
+            tables.append(_completion_table(trainer, world * need * G))
             rows_per_round.append(rows)
             outputs.append(out)
             rewards.append(rpf)
             widths.append(need)
             extra += world * need * G
-            fresh_zero = B.zero_std_groups(rpf, weights, G).view(world, need).tolist()
+            fresh_zero = self._no_signal(trainer, out, rpf).view(world, need).tolist()
             for r in range(world):
                 fresh = [j for j in range(need) if not fresh_zero[r][j]]
                 for g in range(n_local):
@@ -126,6 +129,9 @@ class ZeroStdResampling(RookCallback):
                     del metrics[key][saved_lengths[key]:]
             scored.output, scored.rewards_per_func = self._assemble(trainer, outputs, rewards, widths, slots)
             scored.inputs = [rows_per_round[k][j * G + t] for k, j in slots[rank] for t in range(G)]
+            order = [(k, (r * widths[k] + j) * G + t) for r in range(world) for k, j in slots[r] for t in range(G)]
+            _rewrite_completion_table(trainer, tables, order, scored)
+        self._log_optimised(trainer, scored, metrics)
         metrics["resample/rounds"].append(float(rounds))
         metrics["resample/frac_zero_std_before"].append(before)
         metrics["resample/frac_zero_std_after"].append(after)
@@ -137,6 +143,39 @@ class ZeroStdResampling(RookCallback):
         self.totals["extra_completions"] += extra
         self.totals["groups_replaced"] += replaced
         self.totals["groups_kept"] += kept
+
+    @staticmethod
+    def _no_signal(trainer, output: dict, rewards_per_func: torch.Tensor) -> torch.Tensor:
+        """One bool per group of the gathered batch (rank-major): no reward spread under the trainer's aggregation,
+        or no completion token left to learn from (every completion masked, e.g. ``mask_truncated_completions``)."""
+        G = trainer.num_generations
+        aggregation = getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
+        flat = B.zero_std_groups(rewards_per_func, trainer.reward_weights, G, aggregation)
+        mask = B.loss_mask(output)
+        tokens = trainer.accelerator.gather(mask.reshape(-1, G * mask.size(1)).sum(dim=1))
+        return flat | (tokens == 0).to(flat.device)
+
+    @staticmethod
+    def _log_optimised(trainer, scored, metrics) -> None:
+        """The reward numbers of the batch that is optimised (after resampling), under ``optimised/*``.
+
+        TRL's own ``reward``, ``reward_std``, ``frac_reward_zero_std``, ``rewards/*`` and ``completions/*`` describe
+        the batch sampled for the drawn prompts (round 0); ``kl``, ``entropy`` and ``clip_ratio/*`` come from the
+        loss, so they describe the optimised batch. docs/dynamics.md has the full list.
+        """
+        G = trainer.num_generations
+        rpf = scored.rewards_per_func
+        aggregation = getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
+        rewards = B.combined_rewards(rpf, trainer.reward_weights)
+        metrics["optimised/reward"].append(torch.nanmean(rewards).item())
+        metrics["optimised/reward_std"].append(nanstd(rewards).item())
+        flat = B.zero_std_groups(rpf, trainer.reward_weights, G, aggregation)
+        metrics["optimised/frac_reward_zero_std"].append(flat.float().mean().item())
+        for i, name in enumerate(trainer.reward_func_names):
+            metrics[f"optimised/rewards/{name}/mean"].append(torch.nanmean(rpf[:, i]).item())
+            metrics[f"optimised/rewards/{name}/std"].append(nanstd(rpf[:, i]).item())
+        lengths = trainer.accelerator.gather(scored.output["completion_mask"].sum(dim=1).float())
+        metrics["optimised/completions/mean_length"].append(lengths.mean().item())
 
     def _draw(self, trainer, pool_size: int, n: int) -> list[int]:
         """``n`` indices into the pool, identical on every rank: seeded by (seed, step, draw counter)."""
@@ -225,3 +264,38 @@ def _rescore_logps(trainer, merged: dict, rows: list[int]) -> int:
                 trainer.vllm_importance_sampling_mode, trainer.vllm_importance_sampling_clip_min,
                 trainer.vllm_importance_sampling_clip_max)
     return len(rows)
+
+
+TABLE_COLUMNS = ("prompt", "completion", "advantages")
+
+
+def _completion_table(trainer, n: int) -> dict[str, list]:
+    """The last ``n`` rows of TRL's completions table (``trainer._logs``): the round just scored, all processes."""
+    logs = trainer._logs
+    table = {key: list(logs[key])[-n:] for key in TABLE_COLUMNS}
+    table["rewards"] = {name: list(values)[-n:] for name, values in logs["rewards"].items()}
+    table["extra"] = {name: list(values)[-n:] for name, values in logs["extra"].items()}
+    return table
+
+
+def _rewrite_completion_table(trainer, tables: list[dict], order: list[tuple[int, int]], scored) -> None:
+    """Put the optimised batch in TRL's completions table, in place of the rows the rounds logged.
+
+    TRL logs every scored round (dropped groups included, with that round's advantages); the table a user reads
+    (``log_completions``, the wandb/trackio table) must show the completions that were trained on, with their rewards
+    and final advantages. ``order`` lists (round, global row) for each row of the optimised batch, rank-major.
+    """
+    logs = trainer._logs
+    for key in ("prompt", "completion"):
+        logs[key].clear()
+        logs[key].extend(tables[k][key][i] for k, i in order)
+    for i, name in enumerate(trainer.reward_func_names):
+        logs["rewards"][name].clear()
+        logs["rewards"][name].extend(scored.rewards_per_func[:, i].tolist())
+    logs["advantages"].clear()
+    logs["advantages"].extend(trainer.accelerator.gather(scored.output["advantages"]).tolist())
+    for name in list(logs["extra"]):
+        columns = [t["extra"].get(name, []) for t in tables]
+        logs["extra"][name].clear()
+        if all(len(c) == len(t["prompt"]) for c, t in zip(columns, tables)):
+            logs["extra"][name].extend(columns[k][i] for k, i in order)
