@@ -99,3 +99,14 @@ def test_callbacks_resolve_by_name_path_and_mapping_with_arguments():
         resolve_callbacks([{"name": "_test_cb", "evrey": 3}])
     with pytest.raises(ConfigError, match="unknown callback '_tst_cb'.*Did you mean '_test_cb'"):
         resolve_callbacks(["_tst_cb"])
+
+
+def test_callbacks_are_importable_from_the_package_root():
+    """As TRL exports its own callbacks: users building trainers in Python import them from ``rookgrpo``."""
+    import rookgrpo
+    from rookgrpo import AdaptiveBeta, Diagnostics, RookCallback, ZeroStdResampling
+    from rookgrpo.callbacks import registry
+
+    for cls in (AdaptiveBeta, Diagnostics, ZeroStdResampling):
+        assert issubclass(cls, RookCallback) and cls.__name__ in rookgrpo.__all__
+    assert registry.resolve_callback("zero_std_resampling").__class__ is ZeroStdResampling
