@@ -287,3 +287,25 @@ def test_board_change_credit_on_special_moves():
     # Forgetting the captured pawn: two of three changed squares right.
     forgot = chess.Board("4k3/8/3P4/3p4/8/8/8/4K3 w - - 0 2").board_fen()
     assert board_change_credit(before, ep.board_fen(), forgot) == pytest.approx(2 / 3)
+
+
+def test_hostile_text_never_raises_and_stays_in_range(generated_lines, engine_settings):
+    """Answers built to break a parser or a formula: huge, non-finite and Unicode numbers, thousands of moves,
+    very long text, field markers repeated, and prompts damaged the same ways."""
+    p_prompt, p_truth = policy_rows(generated_lines, 1)[0]
+    a_line = next(l for l in generated_lines if l.startswith("A:"))
+    a_prompt, a_truth = split_env(a_line)
+    moves = " ".join(f"{a}{b}" for a in chess.SQUARE_NAMES for b in chess.SQUARE_NAMES[:80])  # 5,120 moves
+    hostile = [
+        " M: e2e4 d2d4 E: 1e308 -1e308 B: e2e4", " M: e2e4 d2d4 E: nan inf B: e2e4", " M: e2e4 E: ١٢٣ B: e2e4",
+        f" M: {moves} E: {' '.join(['0.5'] * 5120)} B: e2e4", " M: M: M: E: E: B: B: B:", "B:" * 10_000,
+        "x" * 200_000, " M: e2e4 E: 0 B: e2e4\n" * 1000, "\x00\x01\x02", " M: e7e8q e7e8k e1g1 a1a1 E: 1 2 3 4 B: a1a1",
+        "+" * 5000, "8/8/8/8/8/8/8/8 w - - 0 1+0.001+0+0", "²²²²/8/8/8/8/8/8/8 b KQkq e3 999999999 1+1e999+1+1",
+        a_truth.replace("/", "//"), a_truth + "+extra+fields", "9" * 5000 + "+0+0+0",
+    ]
+    prompts = [p_prompt, a_prompt, "P: not a fen at all", "A: ²²/8+e2e4+e2e4+", "P: " + "8/" * 5000, "A: " + "+" * 9]
+    for reward in all_rewards(engine_settings):
+        for prompt in prompts:
+            scores = reward([prompt] * len(hostile), hostile)
+            assert len(scores) == len(hostile)
+            assert all(s is None or (0.0 <= s <= 1.0) for s in scores), (reward.name, prompt[:30], scores)
