@@ -23,6 +23,8 @@ from common import provenance  # noqa: E402
 BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("chess_rewards_model_like", "bench_chess_rewards", ["--mix", "model-like"]),
     ("chess_rewards_random", "bench_chess_rewards", ["--mix", "random"]),
+    ("stockfish_depth", "bench_stockfish_depth", ["--n", "500"]),
+    ("env_conventions", "bench_env_conventions", []),
     ("code_exec", "bench_code_exec", []),
     ("step_time", "bench_step_time", []),
     ("resampling_cost", "bench_resampling", []),
