@@ -1,6 +1,6 @@
 # rookgrpo: `make train` (the main job) and `make test` (the suite) do all set-up on a fresh machine:
 # a virtualenv in .venv, the CPU build of torch when the venv has no torch, the package with its test extras,
-# and Stockfish from apt when no binary is found.
+# and Stockfish and bubblewrap (the code sandbox) from apt when their binaries are missing.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,7 +16,7 @@ EVAL_DATA ?= rookgrpo/tiny-rookworld-eval
 EVAL_DEPTH ?= 8
 PYTEST_ARGS ?=
 
-.PHONY: help setup train train-smoke test test-oldest-trl install-check bench stockfish clean
+.PHONY: help setup train train-smoke test test-oldest-trl install-check bench system-tools clean
 
 help:
 	@echo "make train            GRPO on the embedded default ($(RECIPE)): evaluate before, train, evaluate after, plot"
@@ -26,7 +26,7 @@ help:
 	@echo "make install-check    pip install . (wheel) into a venv with TRL and import it from outside the repo"
 	@echo "make bench            benchmarks (see benchmarks/README.md)"
 
-setup: $(VENV)/.installed stockfish
+setup: $(VENV)/.installed system-tools
 
 # Torch first: with no torch present, a plain `torch` requirement would pull the CUDA wheels (several GB).
 $(VENV)/.installed: pyproject.toml
@@ -35,11 +35,16 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -e ".[test]"
 	touch $@
 
-stockfish:
-	@if command -v stockfish >/dev/null 2>&1 || [ -x /usr/games/stockfish ]; then :; else \
-		echo "Stockfish not found: installing it with apt"; \
+# Stockfish scores the chess rewards; bubblewrap isolates the code reward's sandbox (without it the sandbox runs with
+# fewer layers and says which, see docs/sandbox.md).
+system-tools:
+	@missing=""; \
+	command -v stockfish >/dev/null 2>&1 || [ -x /usr/games/stockfish ] || missing="$$missing stockfish"; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing with apt:$$missing"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update && $$SUDO apt-get install -y stockfish; \
+		$$SUDO apt-get update && $$SUDO apt-get install -y $$missing; \
 	fi
 
 # The main job: held-out evaluation of the packaged model, GRPO on it, the same evaluation after, and the curves.
@@ -74,7 +79,7 @@ install-check:
 	$(VENV_DIR)/bin/pip install --force-reinstall --no-deps .
 	cd /tmp && $(CURDIR)/$(VENV_DIR)/bin/python -c "from rookgrpo import RookGRPOTrainer, RookGRPOConfig; \
 		import rookgrpo, rookgrpo.code.sandbox as s, rookgrpo.data as d; \
-		assert 'site-packages' in rookgrpo.__file__, rookgrpo.__file__; assert s.HARNESS.exists(); \
+		assert 'site-packages' in rookgrpo.__file__, rookgrpo.__file__; assert 'def _serve' in s.SERVER_SOURCE; \
 		assert len(d.load_recipe_dataset('rookgrpo/smoke-prompts')) == 128; print('installed', rookgrpo.__file__)"
 	$(VENV_DIR)/bin/pip install --no-deps -e .
 

@@ -1,5 +1,6 @@
-"""Sandboxed code execution: HumanEval canonical solutions pass, broken ones do not, and a hostile corpus earns 0
-and leaves nothing behind (no surviving process, no file outside the work dir)."""
+"""Code execution with split trust: HumanEval canonical solutions pass, broken ones do not, and a hostile corpus earns 0,
+returns in time and leaves nothing behind (no surviving process, no file, socket or IPC object outside the work dir).
+"""
 
 import json
 import os
@@ -8,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from hostile.corpus import HOSTILE
+from hostile.corpus import HOSTILE, PLAUSIBLE
+from rookgrpo.code import wire
+from rookgrpo.code.pool import START_MARGIN
 from rookgrpo.code.problems import builtin_rows, from_verification_info, humaneval_rows
-from rookgrpo.code.sandbox import SANDBOX_UID_BASE, SandboxLimits, namespaces_available, run_job
+from rookgrpo.code.runner import run_job
+from rookgrpo.code.sandbox import SANDBOX_UID_BASE, Sandbox, SandboxLimits, isolation, processes_of_uids
 from rookgrpo.rewards.code import CodeExec, code_exec, code_format, extract_code
 
 SQ_TESTS = json.dumps({"type": "asserts", "entry_point": "sq",
@@ -44,6 +48,11 @@ def test_humaneval_bodies_replaced_by_pass_earn_less_than_one(humaneval):
     scores = code_exec([r["prompt"] for r in humaneval], broken, tests=[r["tests"] for r in humaneval])
     assert all(s < 1.0 for s in scores)
     assert all(0.0 <= s <= 0.5 for s in scores)  # partial credit is capped at 0.5
+    # `assert True` lines count for nothing, so a body that returns None only keeps the asserts whose right answer is
+    # None or falsy (HumanEval/12, 52, 56, 61, 90, 128, 137, 162: e.g. longest([]) is None); binary mode pays none.
+    assert sum(s > 0 for s in scores) <= 8 and max(scores) < 0.35
+    binary = CodeExec(binary=True)([r["prompt"] for r in humaneval], broken, tests=[r["tests"] for r in humaneval])
+    assert binary == [0.0] * 164
 
 
 def test_builtin_problems_cover_all_test_shapes_and_pass_with_their_solutions():
@@ -86,59 +95,157 @@ def test_open_r1_verification_info_shapes():
 
 # --- hostile corpus -----------------------------------------------------------------------------------------------
 
+FULL = isolation().bwrap is not None and isolation().root
+LIMITS = SandboxLimits(timeout=2, cpu_seconds=2, memory_mb=512, workdir_mb=32, output_bytes=64 * 1024)
+SANDBOX_UIDS = set(range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + 64))
 
-def _sandbox_processes(wait: float = 3.0):
-    """Live (non-zombie) processes running as a sandbox uid, polled until none remain or ``wait`` runs out."""
+
+def _ipc_objects() -> list[str]:
+    out = []
+    for kind in ("shm", "sem", "msg"):
+        try:
+            out += Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        except OSError:
+            pass
+    return out
+
+
+def _survivors(wait: float = 3.0) -> list:
+    """Processes whose real or effective uid is a sandbox uid, zombies included, polled for up to ``wait`` seconds."""
     deadline = time.monotonic() + wait
     while True:
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                if not SANDBOX_UID_BASE <= entry.stat().st_uid < SANDBOX_UID_BASE + 64:
-                    continue
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                continue
-            if state != "Z":  # a zombie has exited; it only waits for its parent to reap it
-                found.append((entry.name, state))
+        found = processes_of_uids(SANDBOX_UIDS, zombies=True)
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_program_earns_zero_and_harms_nothing(name, tmp_path):
-    if os.geteuid() != 0 or not namespaces_available():
-        pytest.skip("full isolation needs root with namespaces (see docs/sandbox.md for what remains otherwise)")
-    assert len(HOSTILE) >= 20
+@pytest.fixture(scope="module")
+def listener():
+    """A TCP listener on the host's loopback: a sandboxed program that reaches it has network access."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server.getsockname()[1]
+    server.close()
+
+
+CASES = {**{name: (program, SQ_TESTS) for name, program in HOSTILE.items()},
+         **{name: (program, json.dumps(tests)) for name, (program, tests) in PLAUSIBLE.items()}}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_program_earns_zero_and_harms_nothing(name, listener):
+    if not FULL:
+        pytest.skip(f"full isolation needs root and bubblewrap; here: {'; '.join(isolation().lost)}")
+    assert len(HOSTILE) >= 60
     marker_name = f"rookgrpo-hostile-{name}-{os.getpid()}"
     mark = f"/tmp/{marker_name}"
-    program = HOSTILE[name].replace("{MARK}", mark).replace("{NAME}", marker_name)
-    before = set(Path("/tmp").iterdir())
-    reward = CodeExec(limits=SandboxLimits(timeout=4, cpu_seconds=3, memory_mb=512, output_bytes=64 * 1024))
+    program, tests = CASES[name]
+    program = program.replace("{MARK}", mark).replace("{NAME}", marker_name).replace("{PORT}", str(listener))
+    tmp_before, ipc_before = set(Path("/tmp").iterdir()), _ipc_objects()
+    reward = CodeExec(limits=LIMITS, workers=2)
     start = time.monotonic()
-    assert reward(["p"], [FENCED.format(program)], tests=[SQ_TESTS]) == [0.0]
-    assert time.monotonic() - start < 30
-    assert _sandbox_processes() == []  # nothing survives: not the fork bomb, not the setsid grandchild
-    leftovers = [p for p in (Path(mark + "-tmp"), Path(mark + "-system"), Path(mark + "-late"),
-                             Path(f"/var/tmp/{marker_name}-var"), Path(f"/run/lock/{marker_name}-lock"),
-                             Path(f"/dev/shm/{marker_name}-shm"), Path(f"/root/{marker_name}-root"),
-                             Path(f"/etc/{marker_name}-etc")) if p.exists()]
+    assert reward(["p"], [FENCED.format(program)], tests=[tests]) == [0.0]
+    assert time.monotonic() - start < LIMITS.timeout + START_MARGIN  # the reward returns in time, whatever it did
+    assert _survivors() == []  # nothing outlives the run: not a setsid grandchild, not a setuid helper
+    leftovers = [p for p in (Path(mark + "-tmp"), Path(mark + "-late"), Path(f"/var/tmp/{marker_name}-var"),
+                             Path(f"/run/lock/{marker_name}-lock"), Path(f"/dev/shm/{marker_name}-shm"),
+                             Path(f"/dev/shm/{marker_name}"), Path(f"/root/{marker_name}-root"),
+                             Path(f"/etc/{marker_name}-etc"), Path(f"/usr/{marker_name}-usr")) if p.exists()]
     assert leftovers == []
-    new_tmp = [p for p in set(Path("/tmp").iterdir()) - before if p.name.startswith("rookgrpo-sandbox-")]
-    assert new_tmp == []  # work dirs are removed
+    assert [p for p in set(Path("/tmp").iterdir()) - tmp_before if "rookgrpo" in p.name] == []
+    assert _ipc_objects() == ipc_before  # SysV shared memory, semaphores, queues died with the IPC namespace
+    # The sandbox that follows is as good as new: a correct solution still earns full marks right after.
+    solution = PLAUSIBLE_SOLUTIONS.get(name, "def sq(x):\n    return x * x\n")
+    assert reward(["p"], [FENCED.format(solution)], tests=[tests]) == [1.0]
 
 
-def test_sandbox_blocks_network_and_runs_unprivileged():
-    if os.geteuid() != 0 or not namespaces_available():
-        pytest.skip("needs root with namespaces")
-    probe = ("import os, socket\nprint(os.getuid(), os.getgid())\n"
+PLAUSIBLE_SOLUTIONS = {
+    "redefine_prompt_helper_as_identity": "def decode_shift(s):\n    return ''.join(chr((ord(c) - 97 - 5) % 26 + 97) "
+                                          "for c in s)\n",
+}
+
+
+def test_program_that_never_reads_a_large_stdin_returns_in_time():
+    if not FULL:
+        pytest.skip("needs root and bubblewrap")
+    tests = json.dumps({"type": "stdio", "cases": [{"input": "x" * (1 << 20), "output": "done"}]})
+    program = "import time\ntime.sleep(60)\nprint('done')\n"
+    start = time.monotonic()
+    assert CodeExec(limits=LIMITS)(["p"], [FENCED.format(program)], tests=[tests]) == [0.0]
+    assert time.monotonic() - start < LIMITS.timeout + START_MARGIN
+    assert _survivors() == []
+
+
+def test_sandbox_sees_only_the_interpreter_no_network_and_runs_unprivileged():
+    if not FULL:
+        pytest.skip("needs root and bubblewrap")
+    probe = ("import os, socket\nprint(os.getuid(), os.geteuid(), os.getpid())\n"
              "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n    print('NET')\n"
-             "except OSError as e:\n    print('nonet', type(e).__name__)\n"
-             "print(sorted(name for _, name in socket.if_nameindex()))\n")  # the sandbox's own net namespace
-    result = run_job({"mode": "program", "code": probe})
-    lines = result.stdout.split("\n")
-    assert int(lines[0].split()[0]) >= SANDBOX_UID_BASE and lines[1].startswith("nonet")
-    assert lines[2] == "['lo']"
+             "except OSError as e:\n    print('nonet')\n"
+             "print(sorted(name for _, name in socket.if_nameindex()))\nprint(sorted(os.listdir('/')))\n"
+             "print(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])\n")
+    box = Sandbox(LIMITS, SANDBOX_UID_BASE)
+    try:
+        box.start_program(probe)
+        out, timed_out, _ = box.wait_output(10)
+    finally:
+        box.close()
+    lines = out.decode().splitlines()
+    uid, euid, pid = (int(x) for x in lines[0].split())
+    assert uid == euid == SANDBOX_UID_BASE and pid < 10  # its own PID namespace
+    assert lines[1] == "nonet" and lines[2] == "['lo']"
+    assert lines[3] == str(sorted(["bin", "dev", "lib", "lib64", "proc", "usr", "work"]))
+    assert lines[4] == "1"  # no_new_privs
+
+
+def test_reduced_isolation_is_reported_and_still_judged(monkeypatch):
+    """Without bubblewrap, the layers left still run the program, and the loss is said plainly."""
+    import rookgrpo.code.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox.isolation.cache_clear()
+    try:
+        iso = sandbox.isolation()
+        assert iso.bwrap is None and any("no bubblewrap" in reason for reason in iso.lost)
+        assert any("no network, PID, IPC or mount isolation" in reason for reason in iso.lost)
+        verdict = run_job("def sq(x):\n    return x * x\n", json.loads(SQ_TESTS), LIMITS)
+        assert (verdict.passed, verdict.counted) == (2, 2)
+    finally:
+        sandbox.isolation.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["read_the_checkout", "read_etc_files", "list_the_root", "read_site_packages",
+                                  "network_connect_loopback"])
+def test_host_probes_do_detect_a_breach_where_the_layer_is_missing(name, listener, monkeypatch):
+    """The corpus's probes answer right only when they reach the host: with bubblewrap off they do, so their 0
+    under full isolation is the isolation's doing, not a probe that cannot succeed."""
+    import rookgrpo.code.sandbox as sandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("the uid drop needs root")
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox.isolation.cache_clear()
+    try:
+        program = HOSTILE[name].replace("{PORT}", str(listener))
+        verdict = run_job(program, json.loads(SQ_TESTS), LIMITS)
+        assert (verdict.passed, verdict.counted) == (2, 2), verdict
+    finally:
+        sandbox.isolation.cache_clear()
+
+
+def test_wire_rejects_what_is_not_plain_data():
+    for value in [None, True, 3, -2.5, float("inf"), "s", b"\x00", 1 + 2j, [1, (2, 3)], {"a": {1, 2}}, frozenset({1})]:
+        assert wire.decode(json.loads(wire.dumps({"v": wire.encode(value)}))["v"]) == value
+    assert isinstance(wire.decode(wire.encode(object())), wire.Unsupported)
+    assert wire.Unsupported("x") != wire.Unsupported("x")
+    for raw in [b"[" * 200000, b'{"v": ' + b"9" * 5000 + b"}", b"\xff\xfe", b"[1, 2]", b"{" * 3000]:
+        with pytest.raises(wire.WireError):
+            wire.loads(raw)
+    for data in [{"__t": "tuple"}, {"__t": "dict", "v": [[[], 1]]}, {"__t": "set", "v": [[1]]}, {"x": 1},
+                 {"__t": "evil", "v": 1}, {"__t": "bytes", "v": "zz"}]:
+        with pytest.raises(wire.WireError):
+            wire.decode(data)

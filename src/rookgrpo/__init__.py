@@ -1,25 +1,39 @@
-"""rookgrpo: a plugin for TRL's GRPOTrainer (chess and code rewards, training-dynamics callbacks, recipes)."""
+"""rookgrpo: a plugin for TRL's GRPOTrainer (chess and code rewards, training-dynamics callbacks, recipes).
+
+The public names below are imported on first use (PEP 562), so light parts of the package (the code sandbox's runner
+processes, the CLI's help) start without loading torch and TRL.
+"""
 
 __version__ = "0.1.0"
 
-from .callbacks import AdaptiveBeta, Diagnostics, RookCallback, ZeroStdResampling, register_callback
-from .config import RookGRPOConfig, RookScriptArguments
-from .errors import ConfigError
-from .rewards import available_rewards, get_reward, register_reward
-from .trainer import RookGRPOTrainer
+_EXPORTS = {
+    "AdaptiveBeta": ".callbacks",
+    "ConfigError": ".errors",
+    "Diagnostics": ".callbacks",
+    "RookCallback": ".callbacks",
+    "RookGRPOConfig": ".config",
+    "RookGRPOTrainer": ".trainer",
+    "RookScriptArguments": ".config",
+    "ZeroStdResampling": ".callbacks",
+    "available_rewards": ".rewards",
+    "get_reward": ".rewards",
+    "register_callback": ".callbacks",
+    "register_reward": ".rewards",
+}
 
-__all__ = [
-    "AdaptiveBeta",
-    "ConfigError",
-    "Diagnostics",
-    "RookGRPOConfig",
-    "RookGRPOTrainer",
-    "RookCallback",
-    "RookScriptArguments",
-    "__version__",
-    "available_rewards",
-    "get_reward",
-    "register_callback",
-    "register_reward",
-    "ZeroStdResampling",
-]
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rookgrpo' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -3,8 +3,9 @@
 Every row has ``prompt`` (what the model sees) and ``tests`` (a JSON string, so any ``datasets`` backend stores
 it), in one of three shapes:
 
-- ``{"type": "asserts", "code": "...", "entry_point": "f"}``: assert statements (HumanEval's ``check(candidate)``
-  style or top-level asserts), each assert its own test;
+- ``{"type": "asserts", "code": "...", "entry_point": "f", "prelude": "..."}``: assert statements (HumanEval's
+  ``check(candidate)`` style or top-level asserts), each assert its own test; the optional ``prelude`` is the
+  problem's own code the tests may use (helper functions from the prompt), run on the trusted side;
 - ``{"type": "stdio", "cases": [{"input": "...", "output": "..."}]}``: the program reads stdin, prints stdout;
 - ``{"type": "calls", "entry_point": "f", "cases": [{"args": [...], "expected": ...}]}``: function calls.
 """
@@ -43,7 +44,10 @@ def humaneval_rows() -> list[dict[str, Any]]:
                 "prompt": INSTRUCTION + problem["prompt"],
                 "canonical_solution": problem["prompt"] + problem["canonical_solution"],
                 "function_signature": problem["prompt"],
-                "tests": json.dumps({"type": "asserts", "code": problem["test"], "entry_point": problem["entry_point"]}),
+                # The prompt rides along as the tests' prelude: helpers the tests call (encode_cyclic, poly, ...) come
+                # from the problem, never from the completion.
+                "tests": json.dumps({"type": "asserts", "code": problem["test"], "entry_point": problem["entry_point"],
+                                     "prelude": problem["prompt"]}),
             })
     return rows
 

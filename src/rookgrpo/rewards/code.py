@@ -4,8 +4,9 @@
   0 in binary mode. No code block, a syntax error or a timeout earns 0.
 - ``code_format``: 1.0 when the completion holds a fenced Python block, else 0.
 
-Rows need a ``tests`` column (JSON; shapes in :mod:`rookgrpo.code.problems`). The completions of a batch run in
-parallel in a pool of sandboxes, one process per program (and per stdin/stdout case).
+Rows need a ``tests`` column (JSON; shapes in :mod:`rookgrpo.code.problems`). The completions of a batch are judged
+in parallel by a pool of trusted runner processes, each program in a sandbox of its own (and one per stdin/stdout
+case).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import json
 import re
 from typing import Any
 
-from ..code.sandbox import SandboxLimits, get_pool, normalize_output, record_passes, rewrite_asserts
+from ..code.pool import get_pool
+from ..code.runner import rewrite_asserts
+from ..code.sandbox import SandboxLimits
 from ..errors import ConfigError
 from .registry import register_reward
 from .utils import completion_text
@@ -35,16 +38,14 @@ def extract_code(text: Any) -> str | None:
     return matches[-1].group(2) if matches else None
 
 
-@functools.lru_cache(maxsize=4096)
-def _rewritten(tests_code: str) -> tuple[str, int]:
-    return rewrite_asserts(tests_code)
-
-
 class CodeExec:
     """Run the last fenced Python block against the row's tests. Range [0, 1].
 
-    1.0 when all tests pass; else ``partial_credit x (passed / total)`` (default 0.5, so at most 0.5), or 0 with
-    ``binary=True``. No code, a syntax error or a timeout: 0.
+    1.0 when every counted test passes; else ``partial_credit x (passed / counted)`` (default 0.5, so at most 0.5),
+    or 0 with ``binary=True``. An assert counts only if it exercises the candidate (``assert True`` counts for
+    nothing). No code, a program that does not load (syntax error, exit at import), a timeout, or no test that
+    calls the candidate: 0. The verdict is decided by a trusted runner process on plain data; the program's
+    sandbox holds no test (see :mod:`rookgrpo.code.runner` and ``docs/sandbox.md``).
 
     Example:
         >>> tests = '{"type": "calls", "entry_point": "sq", "cases": [{"args": [2], "expected": 4}, {"args": [3], "expected": 9}]}'
@@ -64,68 +65,47 @@ class CodeExec:
     def __call__(self, prompts, completions, tests=None, **kwargs) -> list[float | None]:
         if tests is None:
             raise ConfigError("code_exec: the dataset has no 'tests' column (see rookgrpo.code.problems for its shape).")
-        jobs, owners, plans = [], [], []
+        jobs, owners, scores = [], [], []
         for i, (completion, spec) in enumerate(zip(completions, tests, strict=True)):
-            plan = self._plan(completion, spec)
-            plans.append(plan)
-            for job, stdin in plan.get("jobs", []):
-                jobs.append((job, stdin))
-                owners.append(i)
-        results = get_pool(self.workers, self.limits).map(jobs) if jobs else []
-        per_row: dict[int, list] = {}
-        for owner, result in zip(owners, results):
-            per_row.setdefault(owner, []).append(result)
-        return [self._score(plan, per_row.get(i, [])) for i, plan in enumerate(plans)]
+            if spec is None:
+                scores.append(None)  # not this reward's row
+                continue
+            scores.append(0.0)
+            code = extract_code(completion)
+            if code is None:
+                continue
+            jobs.append((code, _spec(spec)))
+            owners.append(i)
+        for owner, verdict in zip(owners, get_pool(self.workers, self.limits).map(jobs) if jobs else []):
+            scores[owner] = self._score(verdict)
+        return scores
 
-    def _plan(self, completion: Any, spec: Any) -> dict:
-        if spec is None:
-            return {"skip": True}
-        code = extract_code(completion)
-        if code is None:
-            return {"zero": True}
-        try:
-            compile(code, "solution.py", "exec")
-        except (SyntaxError, ValueError):
-            return {"zero": True}
-        spec = json.loads(spec) if isinstance(spec, str) else spec
-        kind = spec.get("type")
-        if kind == "asserts":
-            tests_code, total = _rewritten(spec["code"])
-            if total == 0:
-                raise ConfigError("code_exec: an asserts test has no assert statements.")
-            job = {"mode": "asserts", "code": code, "tests": tests_code, "entry_point": spec.get("entry_point")}
-            return {"kind": kind, "total": total, "jobs": [(job, "")]}
-        if kind == "calls":
-            job = {"mode": "calls", "code": code, "entry_point": spec["entry_point"],
-                   "calls": [c["args"] for c in spec["cases"]]}
-            return {"kind": kind, "total": len(spec["cases"]), "expected": [c["expected"] for c in spec["cases"]],
-                    "jobs": [(job, "")]}
-        if kind == "stdio":
-            cases = spec["cases"]
-            return {"kind": kind, "total": len(cases), "expected": [c["output"] for c in cases],
-                    "jobs": [({"mode": "program", "code": code}, c["input"]) for c in cases]}
-        raise ConfigError(f"code_exec: unknown tests type {kind!r} (asserts, calls or stdio).")
-
-    def _score(self, plan: dict, results: list) -> float | None:
-        if plan.get("skip"):
-            return None
-        if plan.get("zero") or any(r.timed_out for r in results):
+    def _score(self, verdict) -> float:
+        if verdict.timed_out or not verdict.loaded or verdict.counted == 0:
             return 0.0
-        total = plan["total"]
-        if plan["kind"] == "stdio":
-            passed = sum(not r.output_exceeded and normalize_output(r.stdout) == normalize_output(expected)
-                         for r, expected in zip(results, plan["expected"]))
-        else:
-            verdicts: dict[int, bool] = {}
-            for record in results[0].records:
-                if "id" in record and isinstance(record["id"], int) and 0 <= record["id"] < total:
-                    expected = plan["expected"][record["id"]] if plan["kind"] == "calls" else None
-                    ok = record_passes(record, expected)
-                    verdicts[record["id"]] = verdicts.get(record["id"], True) and ok
-            passed = sum(verdicts.get(i, False) for i in range(total))  # a test with no record failed
-        if passed == total:
+        if verdict.passed == verdict.counted:
             return 1.0
-        return 0.0 if self.binary else self.partial_credit * passed / total
+        return 0.0 if self.binary else self.partial_credit * verdict.passed / verdict.counted
+
+
+@functools.lru_cache(maxsize=4096)
+def _spec_from_text(text: str) -> dict:
+    return _check_spec(json.loads(text))
+
+
+def _spec(spec: Any) -> dict:
+    return _spec_from_text(spec) if isinstance(spec, str) else _check_spec(spec)
+
+
+def _check_spec(spec: dict) -> dict:
+    """Tests are the data set's (trusted), but a malformed row is an error before it reaches a runner."""
+    kind = spec.get("type") if isinstance(spec, dict) else None
+    if kind == "asserts":
+        if rewrite_asserts(spec["code"])[1] == 0:
+            raise ConfigError("code_exec: an asserts test has no assert statements.")
+    elif kind not in ("calls", "stdio"):
+        raise ConfigError(f"code_exec: unknown tests type {kind!r} (asserts, calls or stdio).")
+    return spec
 
 
 def code_format(completions, **kwargs) -> list[float]:

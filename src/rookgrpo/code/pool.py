@@ -1,0 +1,159 @@
+"""A pool of trusted test-runner processes (``python -m rookgrpo.code.runner``), driven from the trainer process.
+
+The trainer never runs tests or untrusted code itself: each job goes to a runner process, which starts the sandbox and
+judges the program (:mod:`rookgrpo.code.runner`). Each job has a hard deadline (the sandbox timeout per test run plus a
+margin); a runner that misses it is killed with everything it started and replaced, and the job scores as timed out.
+So a reward call always returns within its deadline, whatever the program does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+
+from . import wire
+from .runner import Verdict
+from .sandbox import SANDBOX_UID_BASE, SandboxLimits
+
+START_MARGIN = 5.0  # seconds a job may take beyond its tests' timeouts (runner and sandbox start-up, teardown)
+
+
+def job_deadline(spec: dict, limits: SandboxLimits) -> float:
+    """Seconds a job may take: one timeout per sandbox it starts (one per stdin/stdout case), plus the margin."""
+    runs = len(spec.get("cases", [])) if spec.get("type") == "stdio" else 1
+    return limits.timeout * max(1, runs) + START_MARGIN
+
+
+class RunnerProcess:
+    """One runner worker process; restarted after a missed deadline or a crash."""
+
+    def __init__(self, uid: int):
+        self.uid = uid
+        self.proc: subprocess.Popen | None = None
+        self.start()
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ROOKGRPO_SANDBOX", "HF_TOKEN"))}
+        self.proc = subprocess.Popen([sys.executable, "-m", "rookgrpo.code.runner"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
+                                     env=env)
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the runner; its sandboxes die with it (parent-death signal)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.proc = None
+
+    def run(self, job: dict, deadline: float) -> Verdict:
+        try:
+            wire.write_message(self.proc.stdin.fileno(), job)
+            answer = self._read(deadline)
+        except (OSError, wire.WireError, TimeoutError) as exc:
+            self.kill()
+            self.start()
+            timed_out = isinstance(exc, TimeoutError)
+            return Verdict(loaded=False, timed_out=timed_out, note=f"runner: {type(exc).__name__}")
+        if answer is None:
+            self.kill()
+            self.start()
+            return Verdict(loaded=False, note="runner exited")
+        fields = Verdict.__dataclass_fields__
+        return Verdict(**{k: v for k, v in answer.items() if k in fields})
+
+    def _read(self, deadline: float) -> dict | None:
+        fd = self.proc.stdout.fileno()
+        chunks, missing, header = [], 4, None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, missing)
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            missing -= len(chunk)
+            if missing:
+                continue
+            if header is None:
+                header = b"".join(chunks)
+                missing, chunks = int.from_bytes(header, "big"), []
+                if missing > wire.MAX_MESSAGE_BYTES:
+                    raise wire.WireError("verdict too large")
+                if missing == 0:
+                    return wire.loads(b"")
+                continue
+            return wire.loads(b"".join(chunks))
+
+
+class RunnerPool:
+    """``workers`` runner processes; :meth:`map` runs jobs in parallel over them, each within its deadline."""
+
+    def __init__(self, workers: int | None = None, limits: SandboxLimits = SandboxLimits()):
+        self.limits = limits
+        n = workers or max(1, min(os.cpu_count() or 1, 8))
+        offset = int(os.environ.get("LOCAL_RANK", "0") or 0) * 16  # distinct uids per training process
+        self._idle: queue.Queue[RunnerProcess] = queue.Queue()
+        self.runners = [RunnerProcess(SANDBOX_UID_BASE + offset + i) for i in range(n)]
+        for runner in self.runners:
+            self._idle.put(runner)
+        self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="code-runner")
+        self._closed = False
+
+    def run(self, code: str, spec: dict) -> Verdict:
+        runner = self._idle.get()
+        try:
+            job = {"code": code, "spec": spec, "limits": asdict(self.limits), "uid": runner.uid}
+            return runner.run(job, time.monotonic() + job_deadline(spec, self.limits))
+        finally:
+            self._idle.put(runner)
+
+    def map(self, jobs: list[tuple[str, dict]]) -> list[Verdict]:
+        return list(self._executor.map(lambda job: self.run(*job), jobs))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=False)
+        for runner in self.runners:
+            runner.kill()
+
+
+_POOLS: dict[tuple, RunnerPool] = {}
+_LOCK = threading.Lock()
+
+
+def get_pool(workers: int | None = None, limits: SandboxLimits = SandboxLimits()) -> RunnerPool:
+    """The process-wide pool for (workers, limits), created on first use and closed at exit."""
+    with _LOCK:
+        pool = _POOLS.get((workers, limits))
+        if pool is None or pool._closed:
+            pool = _POOLS[(workers, limits)] = RunnerPool(workers, limits)
+        return pool
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in list(_POOLS.values()):
+        pool.close()

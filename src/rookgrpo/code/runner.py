@@ -1,0 +1,301 @@
+"""The trusted side of code execution: run a problem's tests against a sandboxed program and decide the verdict.
+
+Trust is split. The model's program runs in a sandbox (:mod:`rookgrpo.code.sandbox`) that never holds test code,
+expected values or a secret. This module, running in a runner process of its own (never the trainer process), holds
+the tests: it runs them with ``candidate`` bound to a proxy whose calls cross to the sandbox as plain data
+(:mod:`rookgrpo.code.wire`); every comparison and every piece of arithmetic on a result happens here, on decoded
+plain values, so an object whose ``__eq__`` always says True, a patched harness or a forged record has nothing to act
+on. Prompt helpers the tests use (``encode_cyclic``, ``poly``...) come from the problem's own prompt (``prelude``),
+not from the completion.
+
+Tests, per shape (see :mod:`rookgrpo.code.problems`):
+
+- ``asserts``: each ``assert`` statement is one test; it counts only if the candidate was called since the previous
+  test (``assert True`` exercises nothing and counts for nothing); an assert never reached counts as failed;
+- ``calls``: each case calls the entry point and compares with its expected value;
+- ``stdio``: each case runs the program on its input in a fresh sandbox and compares the output.
+
+A timeout anywhere makes the verdict ``timed_out`` (the reward gives 0).
+
+Run as ``python -m rookgrpo.code.runner``: a worker that reads jobs from stdin and writes verdicts to stdout, one
+length-prefixed message each (see :class:`RunnerPool`).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import math
+import select
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from . import wire
+from .sandbox import Sandbox, SandboxLimits
+
+
+@dataclass
+class Verdict:
+    """What a program earned: tests passed out of tests counted, and how the run ended."""
+
+    passed: int = 0
+    counted: int = 0
+    total: int = 0
+    loaded: bool = True
+    timed_out: bool = False
+    note: str = ""
+
+
+class TimedOut(BaseException):
+    """The run's wall-clock budget is spent (a BaseException so test code's ``except Exception`` cannot catch it)."""
+
+
+class CandidateRaised(Exception):
+    """The candidate raised an exception that is not a builtin one (its name is kept)."""
+
+
+class Remote:
+    """Calls into the sandboxed program: arguments go out as plain data, the plain result (or exception) comes back."""
+
+    def __init__(self, box: Sandbox, deadline: float):
+        self.box, self.deadline, self.calls, self.seq = box, deadline, 0, 0
+
+    def _read(self) -> dict | None:
+        fd = self.box.resp_r
+        header = self._read_exact(fd, 4)
+        if header is None:
+            return None
+        length = int.from_bytes(header, "big")
+        if length > wire.MAX_MESSAGE_BYTES:
+            raise wire.WireError("answer too large")
+        body = self._read_exact(fd, length)
+        return None if body is None else wire.loads(body)
+
+    def _read_exact(self, fd: int, n: int) -> bytes | None:
+        import os
+
+        chunks, missing = [], n
+        while missing:
+            left = self.deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimedOut()
+            chunk = os.read(fd, min(missing, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            missing -= len(chunk)
+        return b"".join(chunks)
+
+    def loaded(self) -> bool:
+        answer = self._read()
+        return bool(answer) and answer.get("loaded") is True
+
+    def call(self, name: str, args: tuple, kwargs: dict):
+        self.calls += 1
+        self.seq += 1
+        try:
+            wire.write_message(self.box.req_w, {"seq": self.seq, "name": name, "args": wire.encode(list(args)),
+                                                "kwargs": wire.encode(dict(kwargs))})
+        except (BrokenPipeError, OSError) as exc:
+            raise CandidateRaised("program gone") from exc
+        answer = self._read()
+        if answer is None or answer.get("seq") != self.seq:
+            raise CandidateRaised("no answer")
+        if "raised" in answer:
+            name = answer["raised"] if type(answer["raised"]) is str else ""
+            error = getattr(builtins, name, None)
+            if isinstance(error, type) and issubclass(error, Exception) and error is not StopIteration:
+                raise error(f"raised by the candidate: {name}")
+            raise CandidateRaised(name[:100])
+        return wire.decode(answer.get("value"))
+
+    def function(self, name: str):
+        """The trusted stand-in for the program's function ``name``."""
+        remote = self
+
+        def candidate(*args, **kwargs):
+            return remote.call(name, args, kwargs)
+
+        candidate.__name__ = name
+        return candidate
+
+
+# --- assert-style tests -----------------------------------------------------------------------------------------
+
+
+def _no_args() -> ast.arguments:
+    return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[])
+
+
+@functools.lru_cache(maxsize=4096)
+def rewrite_asserts(tests: str) -> tuple[str, int]:
+    """Each ``assert x`` in ``tests`` becomes ``__rk_test__(i, lambda: x)`` with a stable id; returns (code, count).
+
+    Trusted code only (the problem's tests): the thunk is evaluated here, on values the sandbox returned as data.
+    """
+    tree = ast.parse(tests)
+    counter = [0]
+
+    class Rewriter(ast.NodeTransformer):
+        def visit_Assert(self, node: ast.Assert):
+            call = ast.Call(func=ast.Name("__rk_test__", ast.Load()),
+                            args=[ast.Constant(counter[0]), ast.Lambda(_no_args(), node.test)], keywords=[])
+            counter[0] += 1
+            return ast.copy_location(ast.Expr(call), node)
+
+    tree = ast.fix_missing_locations(Rewriter().visit(tree))
+    return ast.unparse(tree), counter[0]
+
+
+def run_asserts(box: Sandbox, remote: Remote, spec: dict) -> Verdict:
+    code, total = rewrite_asserts(spec["code"])
+    entry = spec.get("entry_point")
+    verdict = Verdict(total=total)
+    results: dict[int, list[bool]] = {}  # id -> [exercised, passed]
+    mark = [0]
+
+    def record(test_id: int, thunk) -> None:
+        try:
+            ok = bool(thunk())
+        except TimedOut:
+            raise
+        except BaseException:  # noqa: BLE001 (a failing test, whatever it raised)
+            ok = False
+        exercised = remote.calls > mark[0]
+        mark[0] = remote.calls
+        seen = results.setdefault(test_id, [False, True])
+        seen[0] = seen[0] or exercised
+        seen[1] = seen[1] and ok
+
+    namespace: dict = {"__name__": "__rk_tests__", "__rk_test__": record}
+    try:
+        if spec.get("prelude"):
+            exec(compile(spec["prelude"], "prelude.py", "exec"), namespace)  # the problem's own helpers (trusted)
+        if entry:
+            namespace[entry] = remote.function(entry)
+        exec(compile(code, "tests.py", "exec"), namespace)
+        if entry and callable(namespace.get("check")):
+            namespace["check"](namespace[entry])
+    except TimedOut:
+        verdict.timed_out = True
+    except BaseException as exc:  # noqa: BLE001 (the tests stopped early: the asserts not reached fail)
+        verdict.note = f"tests stopped: {type(exc).__name__}"
+    counted = [i for i in range(total) if i not in results or results[i][0]]
+    verdict.counted = len(counted)
+    verdict.passed = sum(i in results and results[i][1] for i in counted)
+    return verdict
+
+
+# --- function-call and stdin/stdout tests --------------------------------------------------------------------------
+
+
+def equal(got, expected) -> bool:
+    """Equality for function-call cases: tuples compare as lists (JSON has none), floats to 1e-9 relative, and
+    ``True`` never equals ``1``."""
+    if isinstance(got, tuple):
+        got = list(got)
+    if isinstance(expected, tuple):
+        expected = list(expected)
+    if type(got) is float and isinstance(expected, (int, float)) and type(expected) is not bool:
+        return math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12)
+    if type(got) is list and type(expected) is list:
+        return len(got) == len(expected) and all(equal(a, b) for a, b in zip(got, expected))
+    if type(got) is dict and type(expected) is dict:
+        return got.keys() == expected.keys() and all(equal(got[k], expected[k]) for k in got)
+    return type(got) is type(expected) and got == expected
+
+
+def run_calls(box: Sandbox, remote: Remote, spec: dict) -> Verdict:
+    cases = spec["cases"]
+    verdict = Verdict(total=len(cases), counted=len(cases))
+    candidate = remote.function(spec["entry_point"])
+    for case in cases:
+        try:
+            verdict.passed += equal(candidate(*case["args"]), case["expected"])
+        except TimedOut:
+            verdict.timed_out = True
+            break
+        except Exception:  # noqa: BLE001
+            pass
+    return verdict
+
+
+def normalize_output(text: str) -> str:
+    """Trailing whitespace removed per line and at the end; nothing else (no prefix or substring matches)."""
+    return "\n".join(line.rstrip() for line in text.rstrip().splitlines())
+
+
+def run_stdio(code: str, spec: dict, limits: SandboxLimits, uid: int) -> Verdict:
+    cases = spec["cases"]
+    verdict = Verdict(total=len(cases), counted=len(cases))
+    for case in cases:
+        box = Sandbox(limits, uid)
+        try:
+            box.start_program(code)
+            out, timed_out, over = box.wait_output(limits.timeout, str(case["input"]).encode())
+        finally:
+            box.close()
+        if timed_out:
+            verdict.timed_out = True
+            break
+        text = out.decode("utf-8", errors="replace")
+        verdict.passed += not over and normalize_output(text) == normalize_output(str(case["output"]))
+    return verdict
+
+
+def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid: int = 61000) -> Verdict:
+    """Run ``code`` against the tests ``spec``; never raises on anything the program does."""
+    kind = spec.get("type")
+    if kind == "stdio":
+        return run_stdio(code, spec, limits, uid)
+    box = Sandbox(limits, uid)
+    try:
+        box.start_calls(code)
+        remote = Remote(box, time.monotonic() + limits.timeout)
+        try:
+            if not remote.loaded():
+                return Verdict(total=_total(spec), loaded=False, note="the program did not load")
+        except TimedOut:
+            return Verdict(total=_total(spec), loaded=False, timed_out=True)
+        except wire.WireError:
+            return Verdict(total=_total(spec), loaded=False, note="unreadable answer")
+        return run_asserts(box, remote, spec) if kind == "asserts" else run_calls(box, remote, spec)
+    finally:
+        box.close()
+
+
+def _total(spec: dict) -> int:
+    return rewrite_asserts(spec["code"])[1] if spec.get("type") == "asserts" else len(spec.get("cases", []))
+
+
+# --- the runner process --------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    """Worker loop: a job per message on stdin, a verdict per message on stdout (fd 1 kept for the protocol)."""
+    import os
+
+    from .sandbox import become_subreaper, reap_orphans
+
+    become_subreaper()  # a killed sandbox's namespace init is reparented here and reaped after each job
+    out_fd = os.dup(1)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints (from a prelude) must not corrupt the protocol
+    while True:
+        try:
+            job = wire.read_message(0)
+        except wire.WireError:
+            return 2
+        if job is None:
+            return 0
+        try:
+            verdict = run_job(job["code"], job["spec"], SandboxLimits(**job["limits"]), int(job["uid"]))
+        except Exception as exc:  # noqa: BLE001 (a bug here must not kill the worker: the job scores 0)
+            verdict = Verdict(loaded=False, note=f"runner error: {type(exc).__name__}: {exc}"[:300])
+        reap_orphans()
+        wire.write_message(out_fd, asdict(verdict))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

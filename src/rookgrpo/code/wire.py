@@ -1,0 +1,177 @@
+"""Plain data across the sandbox boundary: a strict value codec and length-prefixed message framing.
+
+The trusted side (the test runner) and the sandboxed program exchange only plain values: ``None``, ``bool``,
+``int``, ``float``, ``str``, ``bytes``, ``complex``, ``list``, ``tuple``, ``dict``, ``set``, ``frozenset``, built
+from exact builtin types (a subclass, whatever its ``__eq__`` says, is not plain). Encoding turns anything else into
+an ``Unsupported`` marker that equals nothing. Decoding is strict and bounded (nesting depth, message size, digits of
+an integer): a malformed, oversized or hostile message raises :class:`WireError`, which the trusted side counts as a
+failed test, never as an exception out of the reward.
+
+This module is stdlib-only and self-contained: its source is also run inside the sandbox (see ``_sandbox_server``),
+where the package is not importable.
+"""
+
+import json
+import math
+import os
+import struct
+
+MAX_DEPTH = 64
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+MAX_INT_DIGITS = 1000
+_HEADER = struct.Struct(">I")
+
+
+class WireError(Exception):
+    """A message or value that is not valid plain data (malformed, too deep, too large)."""
+
+
+class Unsupported:
+    """A value of a type that does not cross the boundary (e.g. an object with a custom ``__eq__``): equals nothing."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name):
+        self.type_name = str(type_name)[:100]
+
+    def __eq__(self, other):
+        return False
+
+    def __ne__(self, other):
+        return True
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return f"<unsupported {self.type_name}>"
+
+
+def encode(value, depth=0):
+    """``value`` as JSON-ready plain data; non-plain parts become ``{"__t": "unsupported"}``."""
+    if depth > MAX_DEPTH:
+        raise WireError("value nested too deeply")
+    kind = type(value)
+    if value is None or kind is bool or kind is str:
+        return value
+    if kind is int:
+        if abs(value).bit_length() > MAX_INT_DIGITS * 3.33:
+            raise WireError("integer too large")
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else {"__t": "float", "v": repr(value)}
+    if kind is list:
+        return [encode(x, depth + 1) for x in value]
+    if kind in (tuple, set, frozenset):
+        items = value if kind is tuple else sorted(value, key=repr)
+        return {"__t": kind.__name__, "v": [encode(x, depth + 1) for x in items]}
+    if kind is dict:
+        return {"__t": "dict", "v": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if kind is bytes:
+        return {"__t": "bytes", "v": value.hex()}
+    if kind is complex:
+        return {"__t": "complex", "v": [encode(value.real, depth + 1), encode(value.imag, depth + 1)]}
+    return {"__t": "unsupported", "v": getattr(kind, "__name__", "?")}
+
+
+def decode(data, depth=0):
+    """Inverse of :func:`encode`, strict: anything else raises :class:`WireError`."""
+    if depth > MAX_DEPTH:
+        raise WireError("value nested too deeply")
+    kind = type(data)
+    if data is None or kind in (bool, int, str):
+        return data
+    if kind is float:
+        return data
+    if kind is list:
+        return [decode(x, depth + 1) for x in data]
+    if kind is not dict or set(data) != {"__t", "v"}:
+        raise WireError("malformed value")
+    tag, body = data["__t"], data["v"]
+    if tag == "float" and body in ("inf", "-inf", "nan"):
+        return float(body)
+    if tag in ("tuple", "set", "frozenset") and type(body) is list:
+        items = [decode(x, depth + 1) for x in body]
+        try:
+            return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
+        except TypeError as exc:  # an unhashable member of a set
+            raise WireError("unhashable set member") from exc
+    if tag == "dict" and type(body) is list:
+        out = {}
+        for pair in body:
+            if type(pair) is not list or len(pair) != 2:
+                raise WireError("malformed dict item")
+            try:
+                out[decode(pair[0], depth + 1)] = decode(pair[1], depth + 1)
+            except TypeError as exc:
+                raise WireError("unhashable dict key") from exc
+        return out
+    if tag == "bytes" and type(body) is str:
+        try:
+            return bytes.fromhex(body)
+        except ValueError as exc:
+            raise WireError("malformed bytes") from exc
+    if tag == "complex" and type(body) is list and len(body) == 2:
+        real, imag = (decode(x, depth + 1) for x in body)
+        if type(real) is float and type(imag) is float:
+            return complex(real, imag)
+    if tag == "unsupported" and type(body) is str:
+        return Unsupported(body)
+    raise WireError("malformed value")
+
+
+def _parse_int(text):
+    if len(text) > MAX_INT_DIGITS:
+        raise WireError("integer too long")
+    return int(text)
+
+
+def loads(raw):
+    """Parse one message body (bytes) into a dict; :class:`WireError` for anything that is not."""
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise WireError("message too large")
+    try:
+        message = json.loads(raw.decode("utf-8"), parse_int=_parse_int)
+    except (ValueError, RecursionError, UnicodeDecodeError, MemoryError) as exc:
+        raise WireError(f"unreadable message ({type(exc).__name__})") from exc
+    if type(message) is not dict:
+        raise WireError("a message must be a JSON object")
+    return message
+
+
+def dumps(message):
+    return json.dumps(message, separators=(",", ":")).encode("utf-8")
+
+
+def write_message(fd, message):
+    """Write one length-prefixed message to file descriptor ``fd``."""
+    body = dumps(message)
+    data = _HEADER.pack(len(body)) + body
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+def read_exact(fd, n):
+    """Read exactly ``n`` bytes from ``fd`` (blocking); ``None`` at end of file."""
+    chunks, missing = [], n
+    while missing:
+        chunk = os.read(fd, min(missing, 65536))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        missing -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_message(fd):
+    """Read one length-prefixed message (blocking); ``None`` at end of file."""
+    header = read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    (length,) = _HEADER.unpack(header)
+    if length > MAX_MESSAGE_BYTES:
+        raise WireError("message too large")
+    body = read_exact(fd, length)
+    if body is None:
+        return None
+    return loads(body)
