@@ -110,14 +110,37 @@ def _ipc_objects() -> list[str]:
     return out
 
 
+def _tree(pid: int) -> set[int]:
+    """``pid`` and its descendants (from /proc's children lists)."""
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        out.add(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
 def _survivors(wait: float = 3.0) -> list:
-    """Processes whose real or effective uid is a sandbox uid, zombies included, polled for up to ``wait`` seconds."""
+    """Processes whose real or effective uid is a sandbox uid, polled for up to ``wait`` seconds. Not survivors: the
+    live pools' idle pre-started sandboxes (waiting for their next program), and zombies whose parent is one of the
+    pools' runners (dead, reaped by that runner after its next job). A zombie of any other parent counts: where the
+    host's PID 1 does not reap, such zombies pile up under the sandbox uid."""
+    from rookgrpo.code.pool import _POOLS
+
+    runners = {str(r.proc.pid) for pool in _POOLS.values() for r in pool.runners if r.proc is not None}
     deadline = time.monotonic() + wait
     while True:
-        found = processes_of_uids(SANDBOX_UIDS, zombies=True)
+        spares = set().union(*(_tree(pid) for pool in _POOLS.values() for pid in pool.spare_pids()))
+        found = [p for p in processes_of_uids(SANDBOX_UIDS, zombies=True)
+                 if p[0] not in spares and not any(p[1].endswith(f"(zombie of {r})") for r in runners)]
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.1)
+
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +198,8 @@ def test_program_that_never_reads_a_large_stdin_returns_in_time():
     tests = json.dumps({"type": "stdio", "cases": [{"input": "x" * (1 << 20), "output": "done"}]})
     program = "import time\ntime.sleep(60)\nprint('done')\n"
     start = time.monotonic()
-    assert CodeExec(limits=LIMITS)(["p"], [FENCED.format(program)], tests=[tests]) == [0.0]
+    reward = CodeExec(limits=LIMITS)
+    assert reward(["p"], [FENCED.format(program)], tests=[tests]) == [0.0]
     assert time.monotonic() - start < LIMITS.timeout + START_MARGIN
     assert _survivors() == []
 
@@ -219,7 +243,7 @@ def test_reduced_isolation_is_reported_and_still_judged(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["read_the_checkout", "read_etc_files", "list_the_root", "read_site_packages",
-                                  "network_connect_loopback"])
+                                  "network_connect_loopback", "read_host_proc_cmdlines"])
 def test_host_probes_do_detect_a_breach_where_the_layer_is_missing(name, listener, monkeypatch):
     """The corpus's probes answer right only when they reach the host: with bubblewrap off they do, so their 0
     under full isolation is the isolation's doing, not a probe that cannot succeed."""

@@ -131,10 +131,11 @@ HOSTILE = {
         " + glob.glob('/root/.pyenv/versions/*/lib/python3*/site-packages/*') + glob.glob('/work/*/.venv/lib/*/*/*'))\n"
         + ANSWER_IF
     ),
-    "read_host_proc_cmdlines": (
-        "import os\nBREACH = False\nfor pid in os.listdir('/proc'):\n    try:\n"
-        "        if b'rookgrpo' in open(f'/proc/{pid}/cmdline', 'rb').read() and pid not in ('1', '2', str(os.getpid())):\n"
-        "            BREACH = True\n    except OSError:\n        pass\n" + ANSWER_IF
+    "read_host_proc_cmdlines": (  # the trainer's, the runner's or the test runner's command line
+        "import os\nBREACH = False\nfor pid in filter(str.isdigit, os.listdir('/proc')):\n    try:\n"
+        "        cmd = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+        "        BREACH = BREACH or any(w in cmd for w in (b'rookgrpo.code.runner', b'pytest', b'accelerate'))\n"
+        "    except OSError:\n        pass\n" + ANSWER_IF
     ),
     "read_etc_files": (
         "BREACH = False\nfor p in ('/etc/passwd', '/etc/shadow', '/etc/hostname'):\n    try:\n        open(p).read()\n"

@@ -38,6 +38,7 @@ class RunnerProcess:
 
     def __init__(self, uid: int):
         self.uid = uid
+        self.spare_pid = 0
         self.proc: subprocess.Popen | None = None
         self.start()
 
@@ -50,14 +51,19 @@ class RunnerProcess:
     def kill(self) -> None:
         if self.proc is None:
             return
+        exited = self.proc.poll() is not None
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the runner; its sandboxes die with it (parent-death signal)
         except (ProcessLookupError, PermissionError):
             pass
+        if not exited:  # a runner that exited by itself removed its own cgroups
+            from .sandbox import remove_stale_cgroups
+
+            remove_stale_cgroups(self.proc.pid)
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 stream.close()
-            except OSError:
+            except (OSError, ValueError):
                 pass
         try:
             self.proc.wait(timeout=5)
@@ -78,6 +84,7 @@ class RunnerProcess:
             self.kill()
             self.start()
             return Verdict(loaded=False, note="runner exited")
+        self.spare_pid = 0
         fields = Verdict.__dataclass_fields__
         return Verdict(**{k: v for k, v in answer.items() if k in fields})
 
@@ -111,10 +118,11 @@ class RunnerPool:
 
     def __init__(self, workers: int | None = None, limits: SandboxLimits = SandboxLimits()):
         self.limits = limits
-        n = workers or max(1, min(os.cpu_count() or 1, 8))
+        n = workers or max(1, min(2 * (os.cpu_count() or 1), 8))  # runners mostly wait on their sandbox
         offset = int(os.environ.get("LOCAL_RANK", "0") or 0) * 16  # distinct uids per training process
         self._idle: queue.Queue[RunnerProcess] = queue.Queue()
-        self.runners = [RunnerProcess(SANDBOX_UID_BASE + offset + i) for i in range(n)]
+        with ThreadPoolExecutor(max_workers=n) as starter:  # runners start in parallel
+            self.runners = list(starter.map(lambda i: RunnerProcess(SANDBOX_UID_BASE + offset + i), range(n)))
         for runner in self.runners:
             self._idle.put(runner)
         self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="code-runner")
@@ -124,19 +132,36 @@ class RunnerPool:
         runner = self._idle.get()
         try:
             job = {"code": code, "spec": spec, "limits": asdict(self.limits), "uid": runner.uid}
-            return runner.run(job, time.monotonic() + job_deadline(spec, self.limits))
+            verdict = runner.run(job, time.monotonic() + job_deadline(spec, self.limits))
+            runner.spare_pid = verdict.spare_pid
+            return verdict
         finally:
             self._idle.put(runner)
+
+    def spare_pids(self) -> set[int]:
+        """The runners' idle, pre-started sandboxes (bwrap pids): waiting for a program, not left over from one."""
+        return {r.spare_pid for r in self.runners if getattr(r, "spare_pid", 0)}
 
     def map(self, jobs: list[tuple[str, dict]]) -> list[Verdict]:
         return list(self._executor.map(lambda job: self.run(*job), jobs))
 
     def close(self) -> None:
+        """End the runners politely (end of input: each closes its spare and removes its cgroups), then kill."""
         if self._closed:
             return
         self._closed = True
         self._executor.shutdown(wait=False)
         for runner in self.runners:
+            try:
+                runner.proc.stdin.close()
+            except (OSError, AttributeError):
+                pass
+        deadline = time.monotonic() + 3
+        for runner in self.runners:
+            try:
+                runner.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except (subprocess.TimeoutExpired, AttributeError):
+                pass
             runner.kill()
 
 

@@ -46,6 +46,7 @@ class Verdict:
     loaded: bool = True
     timed_out: bool = False
     note: str = ""
+    spare_pid: int = 0  # the runner's idle, pre-started sandbox (bwrap's pid): not a survivor of this job
 
 
 class TimedOut(BaseException):
@@ -95,9 +96,10 @@ class Remote:
     def call(self, name: str, args: tuple, kwargs: dict):
         self.calls += 1
         self.seq += 1
+        if not (wire.is_plain(args) and wire.is_plain(kwargs)):
+            raise TypeError("only plain data can be passed to the candidate")
         try:
-            wire.write_message(self.box.req_w, {"seq": self.seq, "name": name, "args": wire.encode(list(args)),
-                                                "kwargs": wire.encode(dict(kwargs))})
+            wire.write_literal(self.box.req_w, (self.seq, name, tuple(args), dict(kwargs)))
         except (BrokenPipeError, OSError) as exc:
             raise CandidateRaised("program gone") from exc
         answer = self._read()
@@ -149,6 +151,12 @@ def rewrite_asserts(tests: str) -> tuple[str, int]:
     return ast.unparse(tree), counter[0]
 
 
+@functools.lru_cache(maxsize=1024)
+def _compiled(source: str, name: str):
+    """A problem's (trusted) test or prelude code, compiled once per runner: a GRPO group runs it G times."""
+    return compile(source, name, "exec")
+
+
 def run_asserts(box: Sandbox, remote: Remote, spec: dict) -> Verdict:
     code, total = rewrite_asserts(spec["code"])
     entry = spec.get("entry_point")
@@ -172,10 +180,10 @@ def run_asserts(box: Sandbox, remote: Remote, spec: dict) -> Verdict:
     namespace: dict = {"__name__": "__rk_tests__", "__rk_test__": record}
     try:
         if spec.get("prelude"):
-            exec(compile(spec["prelude"], "prelude.py", "exec"), namespace)  # the problem's own helpers (trusted)
+            exec(_compiled(spec["prelude"], "prelude.py"), namespace)  # the problem's own helpers (trusted)
         if entry:
             namespace[entry] = remote.function(entry)
-        exec(compile(code, "tests.py", "exec"), namespace)
+        exec(_compiled(code, "tests.py"), namespace)
         if entry and callable(namespace.get("check")):
             namespace["check"](namespace[entry])
     except TimedOut:
@@ -245,14 +253,23 @@ def run_stdio(code: str, spec: dict, limits: SandboxLimits, uid: int) -> Verdict
     return verdict
 
 
-def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid: int = 61000) -> Verdict:
-    """Run ``code`` against the tests ``spec``; never raises on anything the program does."""
+def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid: int = 61000,
+            box: Sandbox | None = None) -> Verdict:
+    """Run ``code`` against the tests ``spec``; never raises on anything the program does.
+
+    ``box``: a sandbox already started in call mode with these limits and uid, waiting for its program (the
+    runner keeps one ready); otherwise one is started here.
+    """
     kind = spec.get("type")
     if kind == "stdio":
+        if box is not None:
+            box.close()
         return run_stdio(code, spec, limits, uid)
-    box = Sandbox(limits, uid)
+    if box is None:
+        box = Sandbox(limits, uid)
+        box.start_calls()
     try:
-        box.start_calls(code)
+        box.load(code)
         remote = Remote(box, time.monotonic() + limits.timeout)
         try:
             if not remote.loaded():
@@ -282,18 +299,34 @@ def main() -> int:
     become_subreaper()  # a killed sandbox's namespace init is reparented here and reaped after each job
     out_fd = os.dup(1)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints (from a prelude) must not corrupt the protocol
+    spare: tuple | None = None  # (limits, uid, sandbox started in call mode, waiting for its program)
     while True:
         try:
             job = wire.read_message(0)
         except wire.WireError:
             return 2
         if job is None:
+            if spare:
+                spare[2].close()
             return 0
+        limits, uid = SandboxLimits(**job["limits"]), int(job["uid"])
+        box = None
+        if spare and spare[:2] == (limits, uid):
+            box = spare[2]
+        elif spare:
+            spare[2].close()
         try:
-            verdict = run_job(job["code"], job["spec"], SandboxLimits(**job["limits"]), int(job["uid"]))
+            verdict = run_job(job["code"], job["spec"], limits, uid, box)
         except Exception as exc:  # noqa: BLE001 (a bug here must not kill the worker: the job scores 0)
             verdict = Verdict(loaded=False, note=f"runner error: {type(exc).__name__}: {exc}"[:300])
         reap_orphans()
+        try:  # the next job's sandbox starts while this verdict travels and the next job is chosen
+            spare = (limits, uid, Sandbox(limits, uid))
+            spare[2].start_calls()
+            verdict.spare_pid = spare[2].proc.pid
+        except OSError:
+            spare = None
+        reap_orphans()  # what the teardown's kill left has usually exited by now
         wire.write_message(out_fd, asdict(verdict))
 
 

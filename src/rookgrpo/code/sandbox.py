@@ -24,6 +24,7 @@ Without bubblewrap (or without user namespaces) the program runs under the other
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import logging
@@ -43,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 SANDBOX_UID_BASE = 61000  # runner worker i runs its sandboxes as uid 61000 + i when started as root
 _HERE = Path(__file__).resolve().parent
-SERVER_SOURCE = (_HERE / "wire.py").read_text() + "\n\n" + (_HERE / "_sandbox_server.py").read_text()
+SERVER_SOURCE = (_HERE / "_sandbox_server.py").read_text()
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 
 
@@ -137,26 +138,41 @@ def namespaces_available() -> bool:
 # --- cgroups ---------------------------------------------------------------------------------------------------
 
 
+CGROUP_PREFIX = "rookgrpo-"
+
+
 class Cgroup:
-    """A cgroup for one run: memory and process limits for the whole tree, and kill-all."""
+    """A cgroup for one run at a time: memory and process limits for the whole tree, and kill-all.
+
+    Creating and removing a memory cgroup costs the kernel several milliseconds, so each process keeps the empty
+    ones for its next runs (:func:`take_cgroup`, :func:`give_back_cgroup`) and removes them at exit.
+    """
 
     def __init__(self, kind: str, limits: SandboxLimits):
         self.kind = kind
-        name = f"rookgrpo-{os.getpid()}-{secrets.token_hex(4)}"
-        memory = str(limits.memory_mb * 1024 * 1024)
+        name = f"{CGROUP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         if kind == "v1":
             self.dirs = [Path("/sys/fs/cgroup/memory") / name, Path("/sys/fs/cgroup/pids") / name]
-            for d in self.dirs:
-                d.mkdir()
-            _write(self.dirs[0] / "memory.limit_in_bytes", memory)
-            _write(self.dirs[1] / "pids.max", str(limits.processes + 4))
         else:
             self.dirs = [Path("/sys/fs/cgroup") / name]
-            self.dirs[0].mkdir()
+        for d in self.dirs:
+            d.mkdir()
+        self.limits: SandboxLimits | None = None
+        self.set_limits(limits)
+        self.procs_files = [str(d / "cgroup.procs") for d in self.dirs]
+
+    def set_limits(self, limits: SandboxLimits) -> None:
+        if limits == self.limits:
+            return
+        memory, pids = str(limits.memory_mb * 1024 * 1024), str(limits.processes + 4)
+        if self.kind == "v1":
+            _write(self.dirs[0] / "memory.limit_in_bytes", memory)
+            _write(self.dirs[1] / "pids.max", pids)
+        else:
             _write(self.dirs[0] / "memory.max", memory)
             _write(self.dirs[0] / "memory.swap.max", "0")
-            _write(self.dirs[0] / "pids.max", str(limits.processes + 4))
-        self.procs_files = [str(d / "cgroup.procs") for d in self.dirs]
+            _write(self.dirs[0] / "pids.max", pids)
+        self.limits = limits
 
     def pids(self) -> set[int]:
         out = set()
@@ -167,26 +183,84 @@ class Cgroup:
                 pass
         return out
 
-    def kill_and_remove(self) -> None:
-        for _ in range(50):
-            pids = self.pids()
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.01)
+    def kill(self) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def remove(self) -> bool:
+        """Remove the cgroup's directories; False while processes are still exiting."""
         for d in self.dirs:
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.01)
+            try:
+                d.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                return False
+        return True
+
+
+_CGROUPS: dict[str, list[Cgroup]] = {"free": [], "draining": [], "all": []}
+
+
+def take_cgroup(kind: str, limits: SandboxLimits) -> Cgroup:
+    """An empty cgroup for a new run: a drained one from an earlier run, or a new one."""
+    for cgroup in list(_CGROUPS["draining"]):
+        if not cgroup.pids():
+            _CGROUPS["draining"].remove(cgroup)
+            _CGROUPS["free"].append(cgroup)
+    if _CGROUPS["free"]:
+        cgroup = _CGROUPS["free"].pop()
+        cgroup.set_limits(limits)
+        return cgroup
+    cgroup = Cgroup(kind, limits)
+    _CGROUPS["all"].append(cgroup)
+    return cgroup
+
+
+def give_back_cgroup(cgroup: Cgroup) -> None:
+    """After a run: kill what is left in it; it is reused once empty (never while a process of the run lives)."""
+    cgroup.kill()
+    _CGROUPS["draining" if cgroup.pids() else "free"].append(cgroup)
+
+
+def remove_cgroups() -> None:
+    """Remove this process's cgroups (at exit; processes left in one are killed first)."""
+    for cgroup in _CGROUPS["all"]:
+        cgroup.kill()
+        for _ in range(100):
+            if cgroup.remove():
+                break
+            time.sleep(0.01)
+    _CGROUPS["all"].clear()
+    _CGROUPS["free"].clear()
+    _CGROUPS["draining"].clear()
+
+
+def remove_stale_cgroups(pid: int, wait: float = 2.0) -> None:
+    """Remove the cgroups a dead process (a killed runner) left behind, killing anything still in them (processes
+    take a moment to exit after SIGKILL, and a cgroup cannot be removed before they have)."""
+    dirs = [d for root in (Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+            for d in root.glob(f"{CGROUP_PREFIX}{pid}-*")]
+    deadline = time.monotonic() + wait
+    while dirs and time.monotonic() < deadline:
+        for d in list(dirs):
+            try:
+                for line in (d / "cgroup.procs").read_text().split():
+                    os.kill(int(line), signal.SIGKILL)
+                d.rmdir()
+                dirs.remove(d)
+            except FileNotFoundError:
+                dirs.remove(d)
+            except (OSError, ValueError):
+                pass
+        if dirs:
+            time.sleep(0.01)
+
+
+atexit.register(remove_cgroups)
 
 
 def _write(path: Path, value: str) -> None:
@@ -224,6 +298,7 @@ def _bwrap_command(iso: Isolation, limits: SandboxLimits, argv: list[str]) -> li
     ]
 
 
+@functools.lru_cache(maxsize=1)
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
@@ -283,10 +358,11 @@ class Sandbox:
             env = {"PATH": "/usr/bin:/bin", "HOME": self.workdir, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
         if self.iso.cgroup:
             try:
-                self.cgroup = Cgroup(self.iso.cgroup, self.limits)
+                self.cgroup = take_cgroup(self.iso.cgroup, self.limits)
             except OSError:
                 self.cgroup = None
         procs = self.cgroup.procs_files if self.cgroup else []
+        _libc()  # loaded here, so the child (between fork and exec) does not dlopen
         try:
             self.proc = subprocess.Popen(
                 cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd, env=env,
@@ -297,19 +373,25 @@ class Sandbox:
             os.close(req_r)
             os.close(resp_w)
 
-    def start_calls(self, code: str) -> None:
-        """Start the program in call mode: it is loaded, then answers :meth:`call`-style requests."""
-        from .wire import write_message
-
+    def start_calls(self, code: str | None = None) -> None:
+        """Start the sandbox in call mode; with ``code``, send it the program at once (else :meth:`load` later:
+        a started sandbox waits for its program, so a runner can start the next one before the job arrives)."""
         self._start(subprocess.DEVNULL)
-        write_message(self.req_w, {"mode": "calls", "code": code})
+        if code is not None:
+            self.load(code)
+
+    def load(self, code: str) -> None:
+        """Send the program to a sandbox started in call mode; it loads it and answers the calls that follow."""
+        from .wire import write_literal
+
+        write_literal(self.req_w, {"mode": "calls", "code": code})
 
     def start_program(self, code: str) -> bool:
-        """Start the program as a script reading stdin (see :meth:`feed`) and writing stdout."""
-        from .wire import write_message
+        """Start the program as a script reading stdin (see :meth:`wait_output`) and writing stdout."""
+        from .wire import write_literal
 
         self._start(subprocess.PIPE)
-        write_message(self.req_w, {"mode": "program", "code": code})
+        write_literal(self.req_w, {"mode": "program", "code": code})
         return True
 
     def wait_output(self, timeout: float, stdin: bytes = b"") -> tuple[bytes, bool, bool]:
@@ -381,11 +463,15 @@ class Sandbox:
                 self.proc.stdin.close()
             except OSError:
                 pass
-        if self.proc is not None:
+        if self.proc is not None and self.proc.returncode is None:
+            import threading
+
+            timer = threading.Timer(grace, self.kill)  # a blocking wait returns at once; polling would sleep
+            timer.start()
             try:
-                self.proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                pass
+                self.proc.wait()
+            finally:
+                timer.cancel()
         self.kill()
         for fd in (self.req_w, self.resp_r):
             if fd is not None:
@@ -406,7 +492,8 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 pass
         if self.cgroup is not None:
-            self.cgroup.kill_and_remove()
+            give_back_cgroup(self.cgroup)
+            self.cgroup = None
         if self.uid is not None and not self.iso.bwrap:
             kill_uid(self.uid)  # no PID namespace: what escaped the session is found by uid
         if self.workdir:
@@ -414,7 +501,8 @@ class Sandbox:
 
 
 def processes_of_uids(uids: set[int], zombies: bool = False) -> list[tuple[int, str]]:
-    """(pid, name) of processes whose real or effective uid is in ``uids`` (from /proc); zombies only if asked."""
+    """(pid, name) of processes whose real or effective uid is in ``uids`` (from /proc); zombies only if asked
+    (then as (pid, "name (zombie of PPID)"), so a caller can tell whose child it is)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -425,8 +513,10 @@ def processes_of_uids(uids: set[int], zombies: bool = False) -> list[tuple[int, 
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         real, effective = (int(x) for x in fields.get("Uid", "-1 -1").split()[:2])
-        if (real in uids or effective in uids) and (zombies or "Z" not in fields.get("State", "")):
-            found.append((int(entry), fields.get("Name", "").strip()))
+        zombie = "Z" in fields.get("State", "")
+        if (real in uids or effective in uids) and (zombies or not zombie):
+            name = fields.get("Name", "").strip()
+            found.append((int(entry), f"{name} (zombie of {fields.get('PPid', '?').strip()})" if zombie else name))
     return found
 
 

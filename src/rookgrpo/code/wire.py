@@ -7,16 +7,17 @@ an ``Unsupported`` marker that equals nothing. Decoding is strict and bounded (n
 an integer): a malformed, oversized or hostile message raises :class:`WireError`, which the trusted side counts as a
 failed test, never as an exception out of the reward.
 
-This module is stdlib-only and self-contained: its source is also run inside the sandbox (see ``_sandbox_server``),
-where the package is not importable.
+Direction: the trusted side writes requests as Python literals of plain data (:func:`write_literal`); the sandbox
+answers in JSON, produced by ``_sandbox_server.encode_value`` and read here with :func:`loads` and :func:`decode`.
+Between the trainer and its runner processes (both trusted) messages are JSON both ways (:func:`write_message`).
 """
 
 import json
-import math
 import os
 import struct
 
-MAX_DEPTH = 64
+from ._sandbox_server import MAX_DEPTH, encode_value
+
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_INT_DIGITS = 1000
 _HEADER = struct.Struct(">I")
@@ -46,31 +47,33 @@ class Unsupported:
         return f"<unsupported {self.type_name}>"
 
 
-def encode(value, depth=0):
-    """``value`` as JSON-ready plain data; non-plain parts become ``{"__t": "unsupported"}``."""
+def encode(value):
+    """``value`` as JSON-ready plain data, exactly as the sandbox encodes an answer (the encoder lives in
+    ``_sandbox_server``, the one copy both sides use); non-plain parts become ``{"__t": "unsupported"}``."""
+    return json.loads(encode_value(value))
+
+
+def is_plain(value, depth=0) -> bool:
+    """Whether ``value`` is plain data of exact builtin types (what may be sent to the sandbox as a literal)."""
     if depth > MAX_DEPTH:
-        raise WireError("value nested too deeply")
+        return False
     kind = type(value)
-    if value is None or kind is bool or kind is str:
-        return value
-    if kind is int:
-        if abs(value).bit_length() > MAX_INT_DIGITS * 3.33:
-            raise WireError("integer too large")
-        return value
-    if kind is float:
-        return value if math.isfinite(value) else {"__t": "float", "v": repr(value)}
-    if kind is list:
-        return [encode(x, depth + 1) for x in value]
-    if kind in (tuple, set, frozenset):
-        items = value if kind is tuple else sorted(value, key=repr)
-        return {"__t": kind.__name__, "v": [encode(x, depth + 1) for x in items]}
+    if value is None or kind in (bool, int, float, str, bytes, complex):
+        return True
+    if kind in (list, tuple, set, frozenset):
+        return all(is_plain(x, depth + 1) for x in value)
     if kind is dict:
-        return {"__t": "dict", "v": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
-    if kind is bytes:
-        return {"__t": "bytes", "v": value.hex()}
-    if kind is complex:
-        return {"__t": "complex", "v": [encode(value.real, depth + 1), encode(value.imag, depth + 1)]}
-    return {"__t": "unsupported", "v": getattr(kind, "__name__", "?")}
+        return all(is_plain(k, depth + 1) and is_plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def write_literal(fd, value):
+    """Send plain data to the sandbox as a length-prefixed Python literal (it reads it with ``eval``, no builtins)."""
+    body = repr(value).encode("utf-8", "surrogatepass")
+    data = _HEADER.pack(len(body)) + body
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
 
 
 def decode(data, depth=0):
