@@ -40,17 +40,22 @@ def test_reference_completions_score_full_marks(generated_lines, engine_settings
         assert reward(prompts, completions) == pytest.approx([1.0] * len(rows)), reward.name
 
 
+def every_legal_move_scored(reward, generated_lines, engine_settings, positions=8):
+    """For the first ``positions`` generated P: positions: (fen, engine analysis, {legal move: reward of B: move})."""
+    pool = get_pool(engine_settings)
+    for prompt, _ in policy_rows(generated_lines, positions):
+        fen = parse_policy(prompt + " M:").fen
+        moves = [m.uci() for m in chess.Board(fen).legal_moves]
+        yield fen, pool.analyse(fen), dict(zip(moves, reward([prompt] * len(moves), [f" B: {m}" for m in moves])))
+
+
 def test_best_move_outranks_every_other_move(generated_lines, engine_settings):
-    reward = ChessBestMove(engine_settings)
     pool = get_pool(engine_settings)
     strictly_lower = 0
-    for prompt, _ in policy_rows(generated_lines, 8):
-        fen = parse_policy(prompt + " M:").fen
-        analysis = pool.analyse(fen)
-        moves = [m.uci() for m in chess.Board(fen).legal_moves]
-        scores = reward([prompt] * len(moves), [f" M: {m} E: 0 B: {m}" for m in moves])
-        by_move = dict(zip(moves, scores))
-        assert by_move[analysis.best] == 1.0 == max(scores)
+    for fen, analysis, by_move in every_legal_move_scored(ChessBestMove(engine_settings), generated_lines,
+                                                          engine_settings):
+        moves = list(by_move)
+        assert by_move[analysis.best] == 1.0 == max(by_move.values())
         outside = [m for m in moves if m not in analysis.moves]
         cps = dict(zip(outside, pool.move_scores([(fen, m) for m in outside])))
         for move in outside:
@@ -121,14 +126,10 @@ def test_rookworld_black_to_move_labels_rank_below_the_engine_best():
 
 
 def test_move_rank_follows_the_engine_order_and_pays_no_move_outside_the_top_five(generated_lines, engine_settings):
-    reward = ChessMoveRank(engine_settings)
-    pool = get_pool(engine_settings)
     outside_seen = 0
-    for prompt, _ in policy_rows(generated_lines, 8):
-        fen = parse_policy(prompt + " M:").fen
-        analysis = pool.analyse(fen)
-        moves = [m.uci() for m in chess.Board(fen).legal_moves]
-        by_move = dict(zip(moves, reward([prompt] * len(moves), [f" B: {m}" for m in moves])))
+    for fen, analysis, by_move in every_legal_move_scored(ChessMoveRank(engine_settings), generated_lines,
+                                                          engine_settings):
+        moves = list(by_move)
         assert by_move[analysis.best] == 1.0
         ranked = [by_move[m] for m in analysis.moves]
         assert ranked == sorted(ranked, reverse=True)  # credit never rises down the engine's list

@@ -42,10 +42,12 @@ def test_the_packaged_model_knows_the_format(engine_settings):
     # Sampled, as GRPO sees it: greedy decoding of a char-level model this small collapses to one repeated move.
     metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", n=128, settings=engine_settings,
                        progress=False, temperature=0.6, seed=0)
-    # It writes the P: format and A: answers that earn partial credit field by field, plays legal moves a fair share of
-    # the time (about a quarter when sampled), and is far from solved.
+    # It writes the P: format and plays legal moves a fair share of the time (about a quarter when sampled), and is far
+    # from solved. Its A: answers are well-formed next-state lines whose board is a garbled near-copy of the input,
+    # neither the input's nor the right one; the environment reward gates its partial credit on the move's change, so
+    # this model earns about 0 there (the old field-overlap reward paid it about 0.6 for the squares it got right).
     assert metrics["format_rate"] > 0.5
-    assert 0.2 < metrics["env_reward"] < 0.9
+    assert metrics["env_reward"] < 0.1 and metrics["env_exact_accuracy"] == 0.0
     assert 0.1 < metrics["legal_move_rate"] < 0.9
     assert metrics["best_move_reward"] < 0.9
 

@@ -119,10 +119,9 @@ class RunnerPool:
     def __init__(self, workers: int | None = None, limits: SandboxLimits = SandboxLimits()):
         self.limits = limits
         n = workers or max(1, min(2 * (os.cpu_count() or 1), 8))  # runners mostly wait on their sandbox
-        offset = int(os.environ.get("LOCAL_RANK", "0") or 0) * 16  # distinct uids per training process
         self._idle: queue.Queue[RunnerProcess] = queue.Queue()
         with ThreadPoolExecutor(max_workers=n) as starter:  # runners start in parallel
-            self.runners = list(starter.map(lambda i: RunnerProcess(SANDBOX_UID_BASE + offset + i), range(n)))
+            self.runners = list(starter.map(RunnerProcess, [_next_uid() for _ in range(n)]))
         for runner in self.runners:
             self._idle.put(runner)
         self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="code-runner")
@@ -167,15 +166,29 @@ class RunnerPool:
 
 _POOLS: dict[tuple, RunnerPool] = {}
 _LOCK = threading.Lock()
+_UIDS = {"next": 0}
+UIDS_PER_PROCESS = 64
+
+
+def _next_uid() -> int:
+    """A sandbox uid of its own for each runner: RLIMIT_NPROC counts per uid, so a fork bomb (or its zombies, until
+    its runner reaps them) in one runner's sandbox must not starve another's. Training processes on one machine get
+    disjoint ranges (LOCAL_RANK)."""
+    with _LOCK:
+        index = _UIDS["next"] % UIDS_PER_PROCESS
+        _UIDS["next"] += 1
+    return SANDBOX_UID_BASE + int(os.environ.get("LOCAL_RANK", "0") or 0) * UIDS_PER_PROCESS + index
 
 
 def get_pool(workers: int | None = None, limits: SandboxLimits = SandboxLimits()) -> RunnerPool:
     """The process-wide pool for (workers, limits), created on first use and closed at exit."""
     with _LOCK:
         pool = _POOLS.get((workers, limits))
-        if pool is None or pool._closed:
-            pool = _POOLS[(workers, limits)] = RunnerPool(workers, limits)
-        return pool
+    if pool is None or pool._closed:
+        pool = RunnerPool(workers, limits)
+        with _LOCK:
+            _POOLS[(workers, limits)] = pool
+    return pool
 
 
 @atexit.register

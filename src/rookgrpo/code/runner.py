@@ -309,6 +309,7 @@ def main() -> int:
             if spare:
                 spare[2].close()
             return 0
+        reap_orphans()
         limits, uid = SandboxLimits(**job["limits"]), int(job["uid"])
         box = None
         if spare and spare[:2] == (limits, uid):

@@ -150,6 +150,16 @@ class ChessReward:
     def __call__(self, prompts, completions, **kwargs) -> list[float | None]:
         raise NotImplementedError
 
+    def _score_legal_best(self, prompts, completions, kwargs, score) -> list[float | None]:
+        """Per completion: ``None`` for the other task's rows, 0 for a missing, illegal or malformed B:, else the
+        value ``score(pool, rows)`` gives each row whose B: is legal (one call for the whole batch)."""
+        rows = _policy_rows(prompts, completions)
+        scored = [r for r in rows if r is not None and r.board is not None and is_legal(r.board, r.line.best)]
+        pool = get_pool(self.engine) if scored else None
+        values = dict(zip(map(id, scored), score(pool, scored))) if scored else {}
+        self._log(kwargs, pool)
+        return [None if r is None else values.get(id(r), 0.0) for r in rows]
+
     def _log(self, kwargs: dict, pool) -> None:
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and pool is not None:
@@ -227,17 +237,13 @@ class ChessBestMove(ChessReward):
     name = "chess_best_move"
 
     def __call__(self, prompts, completions, **kwargs):
-        rows = _policy_rows(prompts, completions)
-        scored = [r for r in rows if r is not None and r.board is not None and is_legal(r.board, r.line.best)]
-        pool = get_pool(self.engine) if scored else None
-        values = {}
-        if scored:
-            analyses = pool.analyse_many([r.fen for r in scored])
-            move_cps = pool.move_scores([(r.fen, r.line.best) for r in scored])
-            for r, analysis, cp in zip(scored, analyses, move_cps):
-                values[id(r)] = move_accuracy(analysis.scores[0], cp) if analysis.scores and cp is not None else 0.0
-        self._log(kwargs, pool)
-        return [None if r is None else values.get(id(r), 0.0) for r in rows]
+        def score(pool, rows):
+            analyses = pool.analyse_many([r.fen for r in rows])
+            move_cps = pool.move_scores([(r.fen, r.line.best) for r in rows])
+            return [move_accuracy(a.scores[0], cp) if a.scores and cp is not None else 0.0
+                    for a, cp in zip(analyses, move_cps)]
+
+        return self._score_legal_best(prompts, completions, kwargs, score)
 
 
 def rank_credit(analysis, move: str, move_cp: int | None = None) -> float:
@@ -283,15 +289,10 @@ class ChessMoveRank(ChessReward):
     name = "chess_move_rank"
 
     def __call__(self, prompts, completions, **kwargs):
-        rows = _policy_rows(prompts, completions)
-        scored = [r for r in rows if r is not None and r.board is not None and is_legal(r.board, r.line.best)]
-        pool = get_pool(self.engine) if scored else None
-        values = {}
-        if scored:
-            for r, analysis in zip(scored, pool.analyse_many([r.fen for r in scored])):
-                values[id(r)] = rank_credit(analysis, r.line.best)
-        self._log(kwargs, pool)
-        return [None if r is None else values.get(id(r), 0.0) for r in rows]
+        def score(pool, rows):
+            return [rank_credit(a, r.line.best) for r, a in zip(rows, pool.analyse_many([r.fen for r in rows]))]
+
+        return self._score_legal_best(prompts, completions, kwargs, score)
 
 
 class ChessCandidates(ChessReward):
