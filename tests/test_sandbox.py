@@ -14,7 +14,15 @@ from rookgrpo.code import wire
 from rookgrpo.code.pool import START_MARGIN
 from rookgrpo.code.problems import builtin_rows, from_verification_info, humaneval_rows
 from rookgrpo.code.runner import run_job
-from rookgrpo.code.sandbox import SANDBOX_UID_BASE, Sandbox, SandboxLimits, isolation, processes_of_uids
+from rookgrpo.code.sandbox import (
+    SANDBOX_UID_BASE,
+    UIDS_PER_PROCESS,
+    Sandbox,
+    SandboxLimits,
+    isolation,
+    next_sandbox_uid,
+    processes_of_uids,
+)
 from rookgrpo.rewards.code import CodeExec, code_exec, code_format, extract_code
 
 SQ_TESTS = json.dumps({"type": "asserts", "entry_point": "sq",
@@ -97,7 +105,7 @@ def test_open_r1_verification_info_shapes():
 
 FULL = isolation().bwrap is not None and isolation().root
 LIMITS = SandboxLimits(timeout=2, cpu_seconds=2, memory_mb=512, workdir_mb=32, output_bytes=64 * 1024)
-SANDBOX_UIDS = set(range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + 64))
+SANDBOX_UIDS = set(range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + UIDS_PER_PROCESS))
 
 
 def _ipc_objects() -> list[str]:
@@ -212,15 +220,16 @@ def test_sandbox_sees_only_the_interpreter_no_network_and_runs_unprivileged():
              "except OSError as e:\n    print('nonet')\n"
              "print(sorted(name for _, name in socket.if_nameindex()))\nprint(sorted(os.listdir('/')))\n"
              "print(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])\n")
-    box = Sandbox(LIMITS, SANDBOX_UID_BASE)
+    uid = next_sandbox_uid()
+    box = Sandbox(LIMITS, uid)
     try:
         box.start_program(probe)
         out, timed_out, _ = box.wait_output(10)
     finally:
         box.close()
     lines = out.decode().splitlines()
-    uid, euid, pid = (int(x) for x in lines[0].split())
-    assert uid == euid == SANDBOX_UID_BASE and pid < 10  # its own PID namespace
+    real, effective, pid = (int(x) for x in lines[0].split())
+    assert (real, effective) == (uid, uid) and pid < 10  # unprivileged, in its own PID namespace
     assert lines[1] == "nonet" and lines[2] == "['lo']"
     assert lines[3] == str(sorted(["bin", "dev", "lib", "lib64", "proc", "usr", "work"]))
     assert lines[4] == "1"  # no_new_privs

@@ -22,7 +22,7 @@ from dataclasses import asdict
 
 from . import wire
 from .runner import Verdict
-from .sandbox import SANDBOX_UID_BASE, SandboxLimits
+from .sandbox import SandboxLimits, next_sandbox_uid
 
 START_MARGIN = 5.0  # seconds a job may take beyond its tests' timeouts (runner and sandbox start-up, teardown)
 
@@ -121,7 +121,7 @@ class RunnerPool:
         n = workers or max(1, min(2 * (os.cpu_count() or 1), 8))  # runners mostly wait on their sandbox
         self._idle: queue.Queue[RunnerProcess] = queue.Queue()
         with ThreadPoolExecutor(max_workers=n) as starter:  # runners start in parallel
-            self.runners = list(starter.map(RunnerProcess, [_next_uid() for _ in range(n)]))
+            self.runners = list(starter.map(RunnerProcess, [next_sandbox_uid() for _ in range(n)]))
         for runner in self.runners:
             self._idle.put(runner)
         self._executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="code-runner")
@@ -166,18 +166,6 @@ class RunnerPool:
 
 _POOLS: dict[tuple, RunnerPool] = {}
 _LOCK = threading.Lock()
-_UIDS = {"next": 0}
-UIDS_PER_PROCESS = 64
-
-
-def _next_uid() -> int:
-    """A sandbox uid of its own for each runner: RLIMIT_NPROC counts per uid, so a fork bomb (or its zombies, until
-    its runner reaps them) in one runner's sandbox must not starve another's. Training processes on one machine get
-    disjoint ranges (LOCAL_RANK)."""
-    with _LOCK:
-        index = _UIDS["next"] % UIDS_PER_PROCESS
-        _UIDS["next"] += 1
-    return SANDBOX_UID_BASE + int(os.environ.get("LOCAL_RANK", "0") or 0) * UIDS_PER_PROCESS + index
 
 
 def get_pool(workers: int | None = None, limits: SandboxLimits = SandboxLimits()) -> RunnerPool:

@@ -235,7 +235,7 @@ def normalize_output(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.rstrip().splitlines())
 
 
-def run_stdio(code: str, spec: dict, limits: SandboxLimits, uid: int) -> Verdict:
+def run_stdio(code: str, spec: dict, limits: SandboxLimits, uid: int | None) -> Verdict:
     cases = spec["cases"]
     verdict = Verdict(total=len(cases), counted=len(cases))
     for case in cases:
@@ -253,7 +253,7 @@ def run_stdio(code: str, spec: dict, limits: SandboxLimits, uid: int) -> Verdict
     return verdict
 
 
-def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid: int = 61000,
+def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid: int | None = None,
             box: Sandbox | None = None) -> Verdict:
     """Run ``code`` against the tests ``spec``; never raises on anything the program does.
 
@@ -265,11 +265,16 @@ def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid:
         if box is not None:
             box.close()
         return run_stdio(code, spec, limits, uid)
+    if box is not None:
+        try:
+            box.load(code)
+        except OSError:  # the pre-started sandbox died while it waited (killed, out of memory): start a new one
+            box.close()
+            box = None
     if box is None:
         box = Sandbox(limits, uid)
-        box.start_calls()
+        box.start_calls(code)
     try:
-        box.load(code)
         remote = Remote(box, time.monotonic() + limits.timeout)
         try:
             if not remote.loaded():

@@ -36,13 +36,27 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-SANDBOX_UID_BASE = 61000  # runner worker i runs its sandboxes as uid 61000 + i when started as root
+SANDBOX_UID_BASE = 61000  # sandboxes run as uids from here on when started as root (see next_sandbox_uid)
+UIDS_PER_PROCESS = 64
+_UIDS = {"next": 0}
+_UID_LOCK = threading.Lock()
+
+
+def next_sandbox_uid() -> int:
+    """A sandbox uid no other user in this process has (runner, or a sandbox started directly): RLIMIT_NPROC counts
+    per uid, and without namespaces teardown kills by uid, so two users of one uid would starve or kill each other.
+    Training processes on one machine get disjoint ranges (LOCAL_RANK)."""
+    with _UID_LOCK:
+        index = _UIDS["next"] % UIDS_PER_PROCESS
+        _UIDS["next"] += 1
+    return SANDBOX_UID_BASE + int(os.environ.get("LOCAL_RANK", "0") or 0) * UIDS_PER_PROCESS + index
 _HERE = Path(__file__).resolve().parent
 SERVER_SOURCE = (_HERE / "_sandbox_server.py").read_text()
 PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
@@ -101,7 +115,7 @@ def isolation() -> Isolation:
     bwrap = shutil.which("bwrap")
     lost = []
     if bwrap:
-        probe = Sandbox(SandboxLimits(timeout=10), uid=SANDBOX_UID_BASE, _iso=Isolation(bwrap, python, None, root))
+        probe = Sandbox(SandboxLimits(timeout=10), _iso=Isolation(bwrap, python, None, root))
         try:
             ok = probe.start_program("print('ok')") and probe.wait_output(10)[0].strip() == b"ok"
         except OSError:
@@ -332,10 +346,10 @@ def _child_setup(limits: SandboxLimits, uid: int | None, cgroup_procs: list[str]
 class Sandbox:
     """One untrusted program in a fresh sandbox, reachable through two pipes (requests in, answers out)."""
 
-    def __init__(self, limits: SandboxLimits, uid: int = SANDBOX_UID_BASE, _iso: Isolation | None = None):
+    def __init__(self, limits: SandboxLimits, uid: int | None = None, _iso: Isolation | None = None):
         self.limits = limits
         self.iso = _iso or isolation()
-        self.uid = uid if self.iso.root else None
+        self.uid = (uid if uid is not None else next_sandbox_uid()) if self.iso.root else None
         self.proc: subprocess.Popen | None = None
         self.cgroup: Cgroup | None = None
         self.workdir: str | None = None
