@@ -27,6 +27,7 @@ import ast
 import builtins
 import functools
 import math
+import os
 import select
 import sys
 import time
@@ -75,8 +76,6 @@ class Remote:
         return None if body is None else wire.loads(body)
 
     def _read_exact(self, fd: int, n: int) -> bytes | None:
-        import os
-
         chunks, missing = [], n
         while missing:
             left = self.deadline - time.monotonic()
@@ -297,8 +296,6 @@ def _total(spec: dict) -> int:
 
 def main() -> int:
     """Worker loop: a job per message on stdin, a verdict per message on stdout (fd 1 kept for the protocol)."""
-    import os
-
     from .sandbox import become_subreaper, reap_orphans
 
     become_subreaper()  # a killed sandbox's namespace init is reparented here and reaped after each job

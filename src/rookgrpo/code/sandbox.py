@@ -117,7 +117,8 @@ def isolation() -> Isolation:
     if bwrap:
         probe = Sandbox(SandboxLimits(timeout=10), _iso=Isolation(bwrap, python, None, root))
         try:
-            ok = probe.start_program("print('ok')") and probe.wait_output(10)[0].strip() == b"ok"
+            probe.start_program("print('ok')")
+            ok = probe.wait_output(10)[0].strip() == b"ok"
         except OSError:
             ok = False
         finally:
@@ -400,13 +401,12 @@ class Sandbox:
 
         write_literal(self.req_w, {"mode": "calls", "code": code})
 
-    def start_program(self, code: str) -> bool:
+    def start_program(self, code: str) -> None:
         """Start the program as a script reading stdin (see :meth:`wait_output`) and writing stdout."""
         from .wire import write_literal
 
         self._start(subprocess.PIPE)
         write_literal(self.req_w, {"mode": "program", "code": code})
-        return True
 
     def wait_output(self, timeout: float, stdin: bytes = b"") -> tuple[bytes, bool, bool]:
         """Feed ``stdin`` (without blocking on a program that never reads it), collect stdout up to the cap, wait
@@ -425,7 +425,7 @@ class Sandbox:
 
         def pump():
             while True:
-                chunk = self.proc.stdout.read1(65536) if hasattr(self.proc.stdout, "read1") else b""
+                chunk = self.proc.stdout.read1(65536)
                 if not chunk:
                     return
                 out.extend(chunk)
@@ -447,7 +447,8 @@ class Sandbox:
         return bytes(out[: self.limits.output_bytes]), timed_out, over.is_set()
 
     def kill(self) -> None:
-        if self.proc is not None:
+        # Only a child not yet reaped: once waited for, its pid (and group id) may belong to another process.
+        if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -122,7 +122,6 @@ def score_policies(reward_funcs: Sequence[Callable], weights: Sequence[float], p
     table = AuditTable(title=title, n_rows=len(prompts), components=[], reference=reference)
     if not prompts:
         return table
-    per_component: dict[str, dict[str, list]] = {}
     for policy in answers[0]:
         completions = [a[policy] for a in answers]
         totals = [0.0] * len(prompts)
@@ -131,12 +130,12 @@ def score_policies(reward_funcs: Sequence[Callable], weights: Sequence[float], p
             values = func(prompts=list(prompts), completions=completions, completion_ids=None)
             if all(v is None for v in values):
                 continue  # not this task's reward
-            per_component.setdefault(name, {})
+            if name not in table.components:
+                table.components.append(name)
             row[name] = sum(v for v in values if v is not None) / len(values)
             totals = [t + weight * v if v is not None else t for t, v in zip(totals, values)]
         row["total"] = sum(totals) / len(totals)
         table.rows[policy] = row
-    table.components = list(per_component)
     return table
 
 
