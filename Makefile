@@ -15,6 +15,8 @@ RUN_DIR ?= runs/rookworld-tiny
 EVAL_DATA ?= rookgrpo/tiny-rookworld-eval
 EVAL_DEPTH ?= 8
 PYTEST_ARGS ?=
+# accelerate's own defaults, passed so it does not warn that they were not (rookgrpo.cli.ACCELERATE_DEFAULTS)
+LAUNCH_DEFAULTS := --num_machines 1 --mixed_precision no --dynamo_backend no
 
 .PHONY: help setup train train-smoke test test-oldest-trl install-check bench system-tools clean
 
@@ -51,13 +53,13 @@ system-tools:
 train: setup
 	$(VENV)/bin/rookgrpo evaluate --model rookgrpo/tiny-rookworld --data $(EVAL_DATA) --depth $(EVAL_DEPTH) \
 		--out $(RUN_DIR)/eval_before.json
-	$(VENV)/bin/accelerate launch --num_processes 1 -m rookgrpo $(RECIPE) --output_dir $(RUN_DIR)
+	$(VENV)/bin/accelerate launch $(LAUNCH_DEFAULTS) --num_processes 1 -m rookgrpo $(RECIPE) --output_dir $(RUN_DIR)
 	$(VENV)/bin/rookgrpo evaluate --model $(RUN_DIR) --data $(EVAL_DATA) --depth $(EVAL_DEPTH) \
 		--out $(RUN_DIR)/eval_after.json --baseline $(RUN_DIR)/eval_before.json
 	$(VENV)/bin/rookgrpo plot $(RUN_DIR)
 
 train-smoke: setup
-	$(VENV)/bin/accelerate launch --num_processes 1 -m rookgrpo recipes/smoke.yaml
+	$(VENV)/bin/accelerate launch $(LAUNCH_DEFAULTS) --num_processes 1 -m rookgrpo recipes/smoke.yaml
 	$(VENV)/bin/rookgrpo plot runs/smoke
 
 test: setup

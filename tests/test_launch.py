@@ -37,6 +37,7 @@ def test_rookgrpo_train_and_python_m_agree_and_flags_override(tmp_path):
     a = run_cli([venv_bin("rookgrpo"), "train", str(recipe), "--max_steps", "3", "--output_dir", str(out_a)], env=threads)
     assert a.returncode == 0, a.stderr[-4000:]
     assert "accelerate launch" in a.stderr
+    assert "were not passed" not in a.stderr  # accelerate's defaults are passed, so it has nothing to warn about
     b = run_cli([sys.executable, "-m", "rookgrpo", str(recipe), "--max_steps", "3", "--output_dir", str(out_b)],
                 env=threads)
     assert b.returncode == 0, b.stderr[-4000:]
@@ -70,3 +71,21 @@ def test_rookgrpo_train_reports_recipe_errors_before_launching(tmp_path):
     proc = run_cli([venv_bin("rookgrpo"), "train", str(recipe)])
     assert proc.returncode == 2 and "did you mean 'learning_rate'" in proc.stderr
     assert "accelerate launch" not in proc.stderr
+
+
+def test_a_gpu_recipe_on_a_machine_without_one_trains_on_cpu_with_one_notice(tmp_path):
+    """No `use_cpu`, `bf16: true`, no GPU: one line says what changed, then it trains; never transformers' traceback."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    recipe = write_recipe(tmp_path / "r.yaml", max_steps=1, bf16=True)
+    text = recipe.read_text().replace("use_cpu: true\n", "")
+    recipe.write_text(text)
+    assert "use_cpu" not in text
+    proc = run_cli([venv_bin("rookgrpo"), "train", str(recipe)])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Traceback" not in proc.stderr and "doesn't support bf16" not in proc.stderr
+    notices = [line for line in proc.stderr.splitlines() if "no GPU here" in line]
+    assert len(notices) == 1 and "use_cpu: true, bf16: false" in notices[0]
+    assert read_json(tmp_path / "out" / "trainer_state.json")["global_step"] == 1

@@ -112,3 +112,23 @@ def test_every_shipped_recipe_parses(recipe, monkeypatch):
 
     for entry in script.reward_funcs:
         assert callable(resolve_reward_func(entry))
+
+
+def test_no_gpu_means_cpu_in_float32_with_one_notice(tmp_path, caplog):
+    import logging
+
+    import torch
+
+    from rookgrpo import RookGRPOConfig
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.config"):
+        args = RookGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, bf16=True)
+        kept = RookGRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
+                              use_cpu=True, bf16=False)
+    assert args.use_cpu and not args.bf16 and args.device.type == "cpu"
+    assert kept.use_cpu and not kept.bf16
+    notices = [r.getMessage() for r in caplog.records if "no GPU here" in r.getMessage()]
+    assert notices == ["no GPU here: training on CPU in float32 (use_cpu: true, bf16: false). Set these in the recipe "
+                       "to silence this notice."]  # once, for the recipe that did not say; none for the one that did

@@ -16,6 +16,9 @@ from pathlib import Path
 from .errors import ConfigError
 
 ACCELERATE_CONFIG_DIRS = (Path("recipes") / "accelerate",)
+# Passed to `accelerate launch` when no config file is: the values it would default to anyway, so it does not print
+# its "values were not passed" warnings. Mixed precision is the trainer's own (bf16/fp16 in the recipe).
+ACCELERATE_DEFAULTS = ("--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no")
 
 
 def run_module(argv: Sequence[str]) -> int:
@@ -54,6 +57,13 @@ def launch_command(argv: Sequence[str]) -> list[str]:
     args: list[str] = []
     if accelerate_config:
         args += ["--config_file", str(resolve_accelerate_config(str(accelerate_config)))]
+    else:  # what accelerate would otherwise default with a block of warnings (precision is the recipe's bf16/fp16)
+        args += list(ACCELERATE_DEFAULTS)
+        if num_processes is None:
+            from .config import _has_accelerator
+
+            if not _has_accelerator():
+                num_processes = 1  # accelerate's own choice without GPUs (it picks one process per GPU otherwise)
     if num_processes is not None:
         args += ["--num_processes", str(int(num_processes))]
         if int(num_processes) > 1 and not accelerate_config:

@@ -1,16 +1,21 @@
 """Configuration: ``RookGRPOConfig`` (a ``GRPOConfig`` with the plugin's fields) and the recipe-level arguments.
 
 Every field carries ``metadata={"help": ...}`` so ``python -m rookgrpo --help`` documents it, as TRL's configs do.
-With every rookgrpo field at its default, ``RookGRPOConfig`` is a plain ``GRPOConfig``: same defaults, same checks.
+With every rookgrpo field at its default, ``RookGRPOConfig`` is a plain ``GRPOConfig``: same defaults, same checks,
+except one: on a machine without a GPU a recipe written for GPUs trains on CPU in float32, with a one-line notice,
+instead of stopping with transformers' "Your setup doesn't support bf16/gpu".
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig, ScriptArguments
 
 from .errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,7 +64,43 @@ class RookGRPOConfig(GRPOConfig):
 
         _check_num_generations(self.num_generations)
         self.task_generation_kwargs = parse_task_generation_kwargs(self.task_generation_kwargs)
+        _fall_back_to_cpu(self)
         super().__post_init__()
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    if torch.cuda.is_available():
+        return True
+    for name in ("xpu", "npu", "mps"):
+        backend = getattr(torch, name, None) or getattr(torch.backends, name, None)
+        try:
+            if backend is not None and backend.is_available():
+                return True
+        except Exception:  # noqa: BLE001 (a backend that cannot even answer is not available)
+            pass
+    return False
+
+
+def _fall_back_to_cpu(args) -> None:
+    """A recipe written for GPUs, run where there is none: train on CPU in float32, with one line saying so.
+
+    Without this, transformers stops with "Your setup doesn't support bf16/gpu" (TRL turns bf16 on by default)
+    before any check of ours runs. Where an accelerator is present, or ``use_cpu`` is set, nothing changes.
+    """
+    if args.use_cpu or _has_accelerator():
+        return
+    changed = ["use_cpu: true"]
+    if args.bf16 is not False:
+        args.bf16 = False
+        changed.append("bf16: false")
+    if args.fp16:
+        args.fp16 = False
+        changed.append("fp16: false")
+    args.use_cpu = True
+    logger.warning("no GPU here: training on CPU in float32 (%s). Set these in the recipe to silence this notice.",
+                   ", ".join(changed))
 
 
 def _check_num_generations(num_generations) -> None:
