@@ -16,7 +16,8 @@ Logged (averaged over the logging window like TRL's own metrics):
   logged for them rather than logged wrong.
 
 Warnings (through ``logging``, at most once per ``warn_every`` steps per kind, with a count of the ones held back):
-every advantage of a batch zero, and most groups identical.
+every advantage of a batch zero, most groups identical, and a reward function (a judge, typically) that gave every
+completion of the batch the same score.
 """
 
 from __future__ import annotations
@@ -37,6 +38,14 @@ ZERO_ADVANTAGE_HELP = (
     "(zero-std groups: the task is too easy or too hard for the model, or the reward gives the same value to all "
     "failures). Fix: add the zero_std_resampling callback, raise temperature (task_generation_kwargs per task), "
     "use a reward with partial credit, or train on prompts the model sometimes solves."
+)
+COLLAPSED_HELP = (
+    "reward {name!r} gave all {n} scored completions of this batch the same score ({value:.4g}), so it adds nothing "
+    "to the advantages. Likely cause: a judge (reward model) that scores every completion alike: saturated (its "
+    "output far from 0 whatever the text) or blind to the completion (the text it sees is cut off, or the completion "
+    "part is lost in formatting); or a rule every completion fails or passes. Fix: check what the judge is given "
+    "(reward_processing_classes, truncation) and its raw scores on good and bad answers, or give the reward partial "
+    "credit."
 )
 IDENTICAL_HELP = (
     "{share:.0%} of groups had {G} identical completions. Likely cause: sampling too cold for this task or a "
@@ -60,6 +69,24 @@ def kl_term(loss_type: str, beta: float, kl: float | None) -> float | None:
     if kl is None or loss_type not in TOKEN_NORMALISED_LOSSES:
         return None
     return beta * kl
+
+
+def collapsed_rewards(rewards_per_func: torch.Tensor, names: list[str]) -> list[tuple[str, float, int]]:
+    """(name, value, count) of each reward function that gave all its scored completions (at least 2) one score.
+
+    >>> nan = float("nan")
+    >>> collapsed_rewards(torch.tensor([[0.5, 1.0], [0.5, 0.0], [0.5, nan]]), ["judge", "rule"])
+    [('judge', 0.5, 3)]
+    """
+    out = []
+    for i, name in enumerate(names):
+        values = rewards_per_func[:, i]
+        values = values[~torch.isnan(values)]
+        if values.numel() >= 2:
+            low, high = values.min().item(), values.max().item()
+            if high - low <= 1e-6 * max(1.0, abs(high)):
+                out.append((name, high, values.numel()))
+    return out
 
 
 def kl_share(loss: float, kl_term: float) -> float:
@@ -108,6 +135,8 @@ class Diagnostics(RookCallback):
             self._warn("zero_advantage", step, ZERO_ADVANTAGE_HELP)
         if share >= self.identical_warn_frac:
             self._warn("identical", step, IDENTICAL_HELP.format(share=share, G=G))
+        for name, value, n in collapsed_rewards(scored.rewards_per_func, trainer.reward_func_names):
+            self._warn(f"collapsed:{name}", step, COLLAPSED_HELP.format(name=name, n=n, value=value))
 
     def _warn(self, kind: str, step: int, message: str) -> None:
         last = self._last_warned.get(kind)
