@@ -62,3 +62,16 @@ def test_kl_share_is_logged_only_where_beta_kl_is_the_loss_term(tiny_model_dir, 
     assert len(shares["dapo"]) == 2 and len(shares["bnpo"]) == 2
     assert all(0.0 <= s <= 1.0 for s in shares["dapo"] + shares["bnpo"])
     assert shares["grpo"] == [] and shares["dr_grpo"] == []
+
+
+def test_a_batch_with_no_token_to_learn_from_is_named(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    """Every completion cut off at max_completion_length with mask_truncated_completions: nothing to learn from."""
+    args = tiny_grpo_args(tmp_path, max_steps=2, max_completion_length=2, mask_truncated_completions=True)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=smoke_dataset, callbacks=[Diagnostics(warn_every=1)])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+        trainer.train()
+    masked = [h for h in trainer.state.log_history if h.get("completions/clipped_ratio") == 1.0]
+    warnings = [r.getMessage() for r in caplog.records if "no token to learn from" in r.getMessage()]
+    assert masked  # the setting did mask every completion of at least one batch (seeded, so always the same)
+    assert len(warnings) == len(masked) and "mask_truncated_completions" in warnings[0]

@@ -16,8 +16,8 @@ Logged (averaged over the logging window like TRL's own metrics):
   logged for them rather than logged wrong.
 
 Warnings (through ``logging``, at most once per ``warn_every`` steps per kind, with a count of the ones held back):
-every advantage of a batch zero, most groups identical, and a reward function (a judge, typically) that gave every
-completion of the batch the same score.
+every advantage of a batch zero, most groups identical, every completion masked out of the loss (no token to learn
+from), and a reward function (a judge, typically) that gave every completion of the batch the same score.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import time
 
 import torch
 
+from ..batch import loss_mask
 from .base import RookCallback
 from .registry import register_callback
 
@@ -38,6 +39,12 @@ ZERO_ADVANTAGE_HELP = (
     "(zero-std groups: the task is too easy or too hard for the model, or the reward gives the same value to all "
     "failures). Fix: add the zero_std_resampling callback, raise temperature (task_generation_kwargs per task), "
     "use a reward with partial credit, or train on prompts the model sometimes solves."
+)
+NO_TOKENS_HELP = (
+    "every completion of this batch is masked out of the loss, so there is no token to learn from and the step's "
+    "per-token log-probs are all 0. Likely cause: every completion was cut off at max_completion_length with "
+    "mask_truncated_completions on, or a tool/completion mask that covers everything. Fix: raise "
+    "max_completion_length, turn mask_truncated_completions off, or check the masks."
 )
 COLLAPSED_HELP = (
     "reward {name!r} gave all {n} scored completions of this batch the same score ({value:.4g}), so it adds nothing "
@@ -123,14 +130,17 @@ class Diagnostics(RookCallback):
         ids = ids.masked_fill(mask == 0, -1).view(-1, G, ids.size(1))
         identical = (ids == ids[:, :1]).all(dim=2).all(dim=1).sum()
         nonzero_adv = (scored.output["advantages"].abs() > 1e-8).sum()
+        loss_tokens = loss_mask(scored.output).sum()
         local = torch.stack([identical.float(), torch.tensor(float(ids.size(0)), device=identical.device),
-                             nonzero_adv.float()])
-        identical, groups, nonzero_adv = trainer.accelerator.gather(local.unsqueeze(0)).sum(dim=0).tolist()
+                             nonzero_adv.float(), loss_tokens.float().to(identical.device)])
+        identical, groups, nonzero_adv, loss_tokens = trainer.accelerator.gather(local.unsqueeze(0)).sum(dim=0).tolist()
         share = identical / max(groups, 1.0)
         metrics["groups/identical_frac"].append(share)
         if mode != "train":
             return
         step = trainer.state.global_step
+        if loss_tokens == 0:
+            self._warn("no_tokens", step, NO_TOKENS_HELP)
         if nonzero_adv == 0:
             self._warn("zero_advantage", step, ZERO_ADVANTAGE_HELP)
         if share >= self.identical_warn_frac:
