@@ -9,7 +9,7 @@ import torch
 
 from conftest import REPO, losses_and_rewards, read_json, run_cli, tiny_grpo_args, vanilla_args, venv_bin, write_recipe
 from rookgrpo import ConfigError, RookGRPOTrainer
-from rookgrpo.batch import batch_advantages, take_rows, zero_std_groups
+from rookgrpo.batch import batch_advantages, loss_mask, take_rows, zero_std_groups
 from rookgrpo.callbacks import Diagnostics, ZeroStdResampling
 
 sys.path.insert(0, str(REPO / "tests" / "assets"))
@@ -219,10 +219,6 @@ def _fake_vllm(trainer, mode):
     trainer.vllm_importance_sampling_mode = mode
 
 
-def _loss_mask(out):
-    return out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
-
-
 @pytest.mark.parametrize("mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
 def test_our_importance_ratio_is_trls(tiny_model_dir, flat_dataset, tmp_path, mode):
     """Pins :func:`rookgrpo.batch.vllm_importance_sampling_ratio` to the ratio TRL itself computed (unspliced)."""
@@ -239,10 +235,10 @@ def test_our_importance_ratio_is_trls(tiny_model_dir, flat_dataset, tmp_path, mo
     _fake_vllm(trainer, mode)
     trainer.train()
     out = seen[0]
-    ours = vllm_importance_sampling_ratio(out["old_per_token_logps"], out["sampling_per_token_logps"], _loss_mask(out),
+    ours = vllm_importance_sampling_ratio(out["old_per_token_logps"], out["sampling_per_token_logps"], loss_mask(out),
                                           mode, 0.8, 1.25)
     torch.testing.assert_close(ours, out["importance_sampling_ratio"])
-    raw = vllm_importance_sampling_ratio(out["old_per_token_logps"], out["sampling_per_token_logps"], _loss_mask(out),
+    raw = vllm_importance_sampling_ratio(out["old_per_token_logps"], out["sampling_per_token_logps"], loss_mask(out),
                                          mode.split("_")[0] + "_mask", None, None)  # unclipped
     assert ((raw > 0.8) & (raw < 1.25)).any() and ((raw < 0.8) | (raw > 1.25)).any()  # both branches exercised
 
@@ -277,7 +273,7 @@ def test_spliced_vllm_batches_keep_trls_ratio_semantics(tiny_model_dir, flat_dat
         padded = ~keep
         assert (out["importance_sampling_ratio"][padded] == 1.0).all()
         torch.testing.assert_close(out["old_per_token_logps"][keep], fresh[keep], rtol=1e-4, atol=1e-4)
-        expected = vllm_importance_sampling_ratio(fresh, out["sampling_per_token_logps"], _loss_mask(out),
+        expected = vllm_importance_sampling_ratio(fresh, out["sampling_per_token_logps"], loss_mask(out),
                                                   "token_truncate", trainer.vllm_importance_sampling_clip_min,
                                                   trainer.vllm_importance_sampling_clip_max)
         torch.testing.assert_close(out["importance_sampling_ratio"][keep], expected[keep], rtol=1e-4, atol=1e-4)
@@ -350,8 +346,6 @@ def test_metrics_name_the_batch_they_describe(tiny_model_dir, flat_dataset, tmp_
 def test_groups_with_no_loss_tokens_count_as_no_signal(tiny_model_dir, smoke_dataset, tmp_path):
     """With mask_truncated_completions, a group whose completions were all cut off has nothing to learn from,
     whatever its rewards: resampling must count it as flat, not deliver it as a signal group."""
-    from rookgrpo.batch import loss_mask
-
     empty_delivered, after = [], []
 
     class Check(ZeroStdResampling):

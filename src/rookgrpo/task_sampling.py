@@ -191,7 +191,6 @@ class LossTemperature:
 
     def __init__(self, trainer, temperatures: set[float]):
         self.temperatures = sorted(temperatures)
-        self.current: float | None = None
         self.fused = _trl_bakes_temperature()
         if not self.fused:
             return
@@ -225,7 +224,6 @@ class LossTemperature:
     def set(self, trainer, temperature: float) -> None:
         """Make the policy's and the reference's log-probs divide logits by ``temperature``."""
         trainer.temperature = temperature
-        self.current = temperature
         if not self.fused:
             return
         for role, model in self._models(trainer):

@@ -149,7 +149,7 @@ class ZeroStdResampling(RookCallback):
         """One bool per group of the gathered batch (rank-major): no reward spread under the trainer's aggregation,
         or no completion token left to learn from (every completion masked, e.g. ``mask_truncated_completions``)."""
         G = trainer.num_generations
-        aggregation = getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
+        aggregation = _aggregation(trainer)
         flat = B.zero_std_groups(rewards_per_func, trainer.reward_weights, G, aggregation)
         mask = B.loss_mask(output)
         tokens = trainer.accelerator.gather(mask.reshape(-1, G * mask.size(1)).sum(dim=1))
@@ -165,7 +165,7 @@ class ZeroStdResampling(RookCallback):
         """
         G = trainer.num_generations
         rpf = scored.rewards_per_func
-        aggregation = getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
+        aggregation = _aggregation(trainer)
         rewards = B.combined_rewards(rpf, trainer.reward_weights)
         metrics["optimised/reward"].append(torch.nanmean(rewards).item())
         metrics["optimised/reward_std"].append(nanstd(rewards).item())
@@ -196,7 +196,7 @@ class ZeroStdResampling(RookCallback):
         final = torch.cat([
             rewards[k][(r * widths[k] + j) * G:(r * widths[k] + j + 1) * G] for r in range(world) for k, j in slots[r]
         ])
-        aggregation = getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
+        aggregation = _aggregation(trainer)
         if trainer.scale_rewards == "batch" or aggregation == "normalize_then_sum":
             advantages = B.batch_advantages(final, trainer.reward_weights, G, trainer.scale_rewards, aggregation)
             local = len(picks)
@@ -213,6 +213,11 @@ class ZeroStdResampling(RookCallback):
     def load_state_dict(self, state: dict) -> None:
         self.totals.update(state.get("totals", {}))
         self._draws = int(state.get("draws", 0))
+
+
+def _aggregation(trainer) -> str:
+    """How the trainer combines reward functions into advantages (older TRL has only ``sum_then_normalize``)."""
+    return getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
 
 
 def _rescore_logps(trainer, merged: dict, rows: list[int]) -> int:
@@ -256,11 +261,9 @@ def _rescore_logps(trainer, merged: dict, rows: list[int]) -> int:
                     merged["ref_per_token_logps"][index], _, _ = trainer._get_per_token_logps_and_entropies(
                         trainer.model, ids, mask, keep, batch_size)
         if "importance_sampling_ratio" in merged and "sampling_per_token_logps" in merged:
-            loss_mask = merged["completion_mask"][index]
-            if "tool_mask" in merged:
-                loss_mask = loss_mask * merged["tool_mask"][index]
             merged["importance_sampling_ratio"][index] = B.vllm_importance_sampling_ratio(
-                merged["old_per_token_logps"][index], merged["sampling_per_token_logps"][index], loss_mask,
+                merged["old_per_token_logps"][index], merged["sampling_per_token_logps"][index],
+                B.loss_mask(merged)[index],
                 trainer.vllm_importance_sampling_mode, trainer.vllm_importance_sampling_clip_min,
                 trainer.vllm_importance_sampling_clip_max)
     return len(rows)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import os
 import queue
-import select
 import signal
 import subprocess
 import sys
@@ -89,28 +88,7 @@ class RunnerProcess:
         return Verdict(**{k: v for k, v in answer.items() if k in fields})
 
     def _read(self, deadline: float) -> dict | None:
-        fd = self.proc.stdout.fileno()
-        chunks, missing, header = [], 4, None
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError
-            chunk = os.read(fd, missing)
-            if not chunk:
-                return None
-            chunks.append(chunk)
-            missing -= len(chunk)
-            if missing:
-                continue
-            if header is None:
-                header = b"".join(chunks)
-                missing, chunks = int.from_bytes(header, "big"), []
-                if missing > wire.MAX_MESSAGE_BYTES:
-                    raise wire.WireError("verdict too large")
-                if missing == 0:
-                    return wire.loads(b"")
-                continue
-            return wire.loads(b"".join(chunks))
+        return wire.read_message(self.proc.stdout.fileno(), deadline)
 
 
 class RunnerPool:

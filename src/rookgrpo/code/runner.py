@@ -28,7 +28,6 @@ import builtins
 import functools
 import math
 import os
-import select
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -65,28 +64,10 @@ class Remote:
         self.box, self.deadline, self.calls, self.seq = box, deadline, 0, 0
 
     def _read(self) -> dict | None:
-        fd = self.box.resp_r
-        header = self._read_exact(fd, 4)
-        if header is None:
-            return None
-        length = int.from_bytes(header, "big")
-        if length > wire.MAX_MESSAGE_BYTES:
-            raise wire.WireError("answer too large")
-        body = self._read_exact(fd, length)
-        return None if body is None else wire.loads(body)
-
-    def _read_exact(self, fd: int, n: int) -> bytes | None:
-        chunks, missing = [], n
-        while missing:
-            left = self.deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimedOut()
-            chunk = os.read(fd, min(missing, 1 << 20))
-            if not chunk:
-                return None
-            chunks.append(chunk)
-            missing -= len(chunk)
-        return b"".join(chunks)
+        try:
+            return wire.read_message(self.box.resp_r, self.deadline)
+        except TimeoutError as exc:
+            raise TimedOut() from exc
 
     def loaded(self) -> bool:
         answer = self._read()

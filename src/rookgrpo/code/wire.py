@@ -14,7 +14,9 @@ Between the trainer and its runner processes (both trusted) messages are JSON bo
 
 import json
 import os
+import select
 import struct
+import time
 
 from ._sandbox_server import MAX_DEPTH, encode_value
 
@@ -154,11 +156,16 @@ def write_message(fd, message):
         data = data[written:]
 
 
-def read_exact(fd, n):
-    """Read exactly ``n`` bytes from ``fd`` (blocking); ``None`` at end of file."""
+def read_exact(fd, n, deadline=None):
+    """Read exactly ``n`` bytes from ``fd``; ``None`` at end of file. With ``deadline`` (a ``time.monotonic()``
+    value), :class:`TimeoutError` when the bytes have not all arrived by then; else blocking."""
     chunks, missing = [], n
     while missing:
-        chunk = os.read(fd, min(missing, 65536))
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, min(missing, 1 << 20))
         if not chunk:
             return None
         chunks.append(chunk)
@@ -166,15 +173,15 @@ def read_exact(fd, n):
     return b"".join(chunks)
 
 
-def read_message(fd):
-    """Read one length-prefixed message (blocking); ``None`` at end of file."""
-    header = read_exact(fd, _HEADER.size)
+def read_message(fd, deadline=None):
+    """Read one length-prefixed message; ``None`` at end of file. ``deadline``: as in :func:`read_exact`."""
+    header = read_exact(fd, _HEADER.size, deadline)
     if header is None:
         return None
     (length,) = _HEADER.unpack(header)
     if length > MAX_MESSAGE_BYTES:
         raise WireError("message too large")
-    body = read_exact(fd, length)
+    body = read_exact(fd, length, deadline)
     if body is None:
         return None
     return loads(body)
