@@ -39,10 +39,14 @@ def test_metrics_are_logged_and_sane(tiny_model_dir, smoke_dataset, tmp_path, ca
                               train_dataset=smoke_dataset, callbacks=["diagnostics"])
     with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
         trainer.train()
-    for key in ("timing/generation", "timing/rewards", "timing/reference", "timing/step"):
+    phases = ("generation", "rewards", "reference", "loss", "optimizer")
+    for key in [f"timing/{p}" for p in phases] + [f"memory/{p}" for p in phases] + ["timing/step"]:
         assert len(_history(trainer, key)) == 3 and all(v > 0 for v in _history(trainer, key)), key
-    steps, gens = _history(trainer, "timing/step"), _history(trainer, "timing/generation")
-    assert all(s > g for s, g in zip(steps, gens))  # generation is part of the step
+    steps = _history(trainer, "timing/step")
+    parts = [sum(_history(trainer, f"timing/{p}")[i] for p in phases) for i in range(3)]
+    assert all(s >= part for s, part in zip(steps, parts))  # the phases are parts of the step, measured apart
+    assert _history(trainer, "timing/first_step") == steps[:1]  # once, in the first log
+    assert not _history(trainer, "compile/graphs")  # nothing was compiled
     # The identical groups are measured and the warning says so.
     assert _history(trainer, "groups/identical_frac") == [1.0, 1.0, 1.0], _history(trainer, "groups/identical_frac")
     assert any("100% of groups had 4 identical completions" in r.getMessage() for r in caplog.records)
@@ -75,3 +79,48 @@ def test_a_batch_with_no_token_to_learn_from_is_named(tiny_model_dir, smoke_data
     warnings = [r.getMessage() for r in caplog.records if "no token to learn from" in r.getMessage()]
     assert masked  # the setting did mask every completion of at least one batch (seeded, so always the same)
     assert len(warnings) == len(masked) and "mask_truncated_completions" in warnings[0]
+
+
+def test_peak_memory_is_booked_to_the_phase_that_used_it(tiny_model_dir, smoke_dataset, tmp_path):
+    """A reward that holds 256 MiB for a moment: the rewards phase's peak shows it, the other phases' do not."""
+    import torch
+
+    def heavy_reward(completions, **kwargs):
+        block = torch.ones(64 * 1024 * 1024, dtype=torch.float32)  # 256 MiB, touched
+        return [float(block[0]) * 0.0 + len(c) % 3 for c in completions]
+
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=heavy_reward,
+                              args=tiny_grpo_args(tmp_path, max_steps=2), train_dataset=smoke_dataset,
+                              callbacks=[Diagnostics()])
+    trainer.train()
+    rewards, generation = _history(trainer, "memory/rewards"), _history(trainer, "memory/generation")
+    loss = _history(trainer, "memory/loss")
+    assert trainer._phases.memory_kind in ("peak_rss", "rss_at_edges", "cuda_max_allocated")
+    if trainer._phases.memory_kind == "peak_rss":  # Linux: the peak inside the phase is seen
+        assert all(r - g > 200 for r, g in zip(rewards, generation)), (rewards, generation)
+        assert all(r - x > 200 for r, x in zip(rewards, loss)), (rewards, loss)
+
+
+def test_a_step_that_compiles_again_is_named_with_cause_and_fix(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    """A real torch.compile (eager backend) that meets a new input shape after the first step: the step's new graphs
+    are logged and the recompilation warning names the step."""
+    import torch
+
+    compiled = torch.compile(lambda x: (x * 2).sum(), backend="eager", dynamic=False)
+    calls = []
+
+    def shape_changing_reward(completions, **kwargs):
+        calls.append(1)
+        width = 3 if len(calls) != 3 else 5  # step 3 meets a new shape
+        compiled(torch.ones(width))
+        return [float(len(c) % 3) for c in completions]
+
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=shape_changing_reward,
+                              args=tiny_grpo_args(tmp_path, max_steps=4), train_dataset=smoke_dataset,
+                              callbacks=[Diagnostics()])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+        trainer.train()
+    graphs = _history(trainer, "compile/graphs")
+    assert len(graphs) == 4 and graphs[0] >= 1 and graphs[1] == 0 and graphs[2] >= 1 and graphs[3] == 0, graphs
+    warnings = [r.getMessage() for r in caplog.records if "torch.compile compiled" in r.getMessage()]
+    assert len(warnings) == 1 and "during step 3" in warnings[0] and "TORCH_LOGS=recompiles" in warnings[0]

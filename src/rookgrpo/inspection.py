@@ -29,7 +29,7 @@ class StepRecorder(RookCallback):
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
-        trainer._phase_timing = True
+        self.meter = trainer.measure_phases()
 
     def on_scored_batch(self, trainer, scored) -> None:
         if self.batch is not None or not trainer.model.training:
@@ -51,7 +51,7 @@ class StepRecorder(RookCallback):
             "rewards_per_func": local.tolist(),
             "rewards": combined_rewards(local, trainer.reward_weights).tolist(),
             "advantages": out["advantages"].tolist(),
-            "phase_times": dict(trainer._phase_times),
+            "phase_times": self.meter.pending(),
         }
 
     def before_log(self, trainer, logs: dict) -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,8 +70,7 @@ class RookGRPOTrainer(GRPOTrainer):
             callbacks=resolve_callbacks(callbacks),
             **kwargs,
         )
-        self._phase_timing = False
-        self._phase_times: dict[str, float] = defaultdict(float)
+        self._phases = None  # a PhaseMeter once a callback asks for phase measurements (diagnostics)
         self._last_rewards_per_func = None
         self._task_settings = None
         self._pool_by_task: dict[str, list[int]] | None = None  # built on the first resampled batch
@@ -108,6 +105,15 @@ class RookGRPOTrainer(GRPOTrainer):
             hook.on_scored_batch(self, scored)
         return scored.output
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's training step; with phase measurement on, the loss (forward and backward) is measured as a phase: from
+        ``compute_loss`` (after any generation in ``_prepare_inputs``) to the end of the backward pass."""
+        try:
+            return super().training_step(model, inputs, num_items_in_batch)
+        finally:
+            if self._phases is not None:
+                self._phases.stop("loss")
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """TRL's loss, with per-task sampling: at the temperature that sampled the batch being optimised.
 
@@ -117,6 +123,8 @@ class RookGRPOTrainer(GRPOTrainer):
         """
         if self._task_settings is not None:
             self._task_settings.before_loss(self)
+        if self._phases is not None and torch.is_grad_enabled():
+            self._phases.start("loss")
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
     def _score_rows(self, rows: list[dict]):
@@ -125,31 +133,26 @@ class RookGRPOTrainer(GRPOTrainer):
         return output, self._last_rewards_per_func
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        start = time.perf_counter()
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self._phases is None:
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        else:
+            with self._phases.measure("rewards"):
+                rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards
-        if self._phase_timing:
-            self._phase_times["rewards"] += time.perf_counter() - start
         return rewards
 
     def _generate(self, prompts):
-        if not self._phase_timing:
+        if self._phases is None:
             return super()._generate(prompts)
-        start = time.perf_counter()
-        try:
+        with self._phases.measure("generation"):
             return super()._generate(prompts)
-        finally:
-            self._phase_times["generation"] += time.perf_counter() - start
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         # Calls outside the loss (reference model, old policy) happen under no_grad in the scoring phase.
-        if not self._phase_timing or torch.is_grad_enabled():
+        if self._phases is None or torch.is_grad_enabled():
             return super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        start = time.perf_counter()
-        try:
+        with self._phases.measure("reference"):
             return super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        finally:
-            self._phase_times["reference"] += time.perf_counter() - start
 
     def log(self, logs, *args, **kwargs):
         """TRL's log, after callbacks with ``before_log`` (e.g. diagnostics) added values derived from the step."""
@@ -157,9 +160,13 @@ class RookGRPOTrainer(GRPOTrainer):
             callback.before_log(self, logs)
         return super().log(logs, *args, **kwargs)
 
-    def _take_phase_times(self) -> dict[str, float]:
-        times, self._phase_times = dict(self._phase_times), defaultdict(float)
-        return times
+    def measure_phases(self):
+        """Switch phase measurement on (idempotent) and return the trainer's :class:`~rookgrpo.phases.PhaseMeter`."""
+        if self._phases is None:
+            from .phases import PhaseMeter
+
+            self._phases = PhaseMeter(self.accelerator.device)
+        return self._phases
 
     def _get_train_sampler(self, dataset=None):
         """TRL's sampler, or a task-homogeneous one when ``task_generation_kwargs`` is set."""

@@ -4,8 +4,14 @@ Logged (averaged over the logging window like TRL's own metrics):
 
 - ``timing/generation``, ``timing/rewards``, ``timing/reference``: seconds per generation batch spent generating,
   scoring, and computing log-probs outside the loss (reference model and, when needed, the old policy);
-  ``timing/step``: seconds per optimizer step, everything included. The trainer measures the phases around TRL's
-  own methods, so they add up to what the step really spent.
+  ``timing/loss`` (forward and backward of every micro-batch) and ``timing/optimizer`` (the optimizer step): seconds
+  per optimizer step; ``timing/step``: seconds per optimizer step, everything included. The trainer measures the
+  phases around TRL's own methods, so they add up to what the step really spent.
+- ``memory/<phase>`` for the same five phases: peak memory during the phase in MiB on the main process (CUDA max
+  allocated on a GPU, the process's peak resident set on CPU; :mod:`rookgrpo.phases` says how).
+- ``timing/first_step`` (in the first log only): the first optimizer step, which carries the warm-up (allocator,
+  kernels, a ``torch.compile`` compilation); after 5 more steps an info line says how many median steps it cost.
+  ``compile/graphs``: graphs ``torch.compile`` compiled during the step (logged once it has compiled any).
 - ``groups/identical_frac``: share of groups whose completions are all the same token sequence (the policy or the
   sampling settings leave no room to explore; such a group has no reward spread).
 - ``loss/kl_share``: share of the loss magnitude that comes from the KL term, ``beta·kl / (|loss − beta·kl| +
@@ -17,17 +23,20 @@ Logged (averaged over the logging window like TRL's own metrics):
 
 Warnings (through ``logging``, at most once per ``warn_every`` steps per kind, with a count of the ones held back):
 every advantage of a batch zero, most groups identical, every completion masked out of the loss (no token to learn
-from), and a reward function (a judge, typically) that gave every completion of the batch the same score.
+from), a reward function (a judge, typically) that gave every completion of the batch the same score, and a step
+after the first in which ``torch.compile`` compiled again (the "second iteration 5x slower" failure).
 """
 
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 
 import torch
 
 from ..batch import loss_mask
+from ..phases import dynamo_graphs
 from .base import RookCallback
 from .registry import register_callback
 
@@ -53,6 +62,13 @@ COLLAPSED_HELP = (
     "part is lost in formatting); or a rule every completion fails or passes. Fix: check what the judge is given "
     "(reward_processing_classes, truncation) and its raw scores on good and bad answers, or give the reward partial "
     "credit."
+)
+RECOMPILE_HELP = (
+    "torch.compile compiled {graphs} new graph(s) during step {step}, after the first step; the step took {seconds:.2f} "
+    "s{ratio}. Likely cause: recompilation on a new input shape (prompts and completions of varying length) or a "
+    "failed guard, each paid again whenever it recurs. Fix: pad to fixed lengths (pad_to_multiple_of, a fixed "
+    "max_completion_length), compile with dynamic=True, or raise torch._dynamo.config.cache_size_limit; run with "
+    "TORCH_LOGS=recompiles to see which guard failed."
 )
 IDENTICAL_HELP = (
     "{share:.0%} of groups had {G} identical completions. Likely cause: sampling too cold for this task or a "
@@ -114,17 +130,22 @@ class Diagnostics(RookCallback):
         self._last_warned: dict[str, int] = {}
         self._held_back: dict[str, int] = {}
         self._step_start: float | None = None
+        self._graphs_at_start = 0
+        self._steps: list[float] = []  # durations of the steps after the first (for the median)
+        self._first_step: float | None = None
+        self._reported_first = False
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
-        trainer._phase_timing = True
+        self.meter = trainer.measure_phases()
 
     # The trainer calls this after TRL scored a generation batch (and after resampling replaced groups).
     def on_scored_batch(self, trainer, scored) -> None:
         mode = "train" if trainer.model.training else "eval"
         metrics = trainer._metrics[mode]
-        for phase, seconds in trainer._take_phase_times().items():
+        for phase, (seconds, peak) in self.meter.take(("generation", "rewards", "reference")).items():
             metrics[f"timing/{phase}"].append(seconds)
+            metrics[f"memory/{phase}"].append(peak)
         G = trainer.num_generations if mode == "train" else getattr(trainer, "num_generations_eval", None) or trainer.num_generations
         ids, mask = scored.first_output["completion_ids"], scored.first_output["completion_mask"]
         ids = ids.masked_fill(mask == 0, -1).view(-1, G, ids.size(1))
@@ -161,11 +182,45 @@ class Diagnostics(RookCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_start = time.perf_counter()
+        self._graphs_at_start = dynamo_graphs()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.meter.start("optimizer")
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.meter.stop("optimizer")
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self._step_start is not None:
-            self.trainer._metrics["train"]["timing/step"].append(time.perf_counter() - self._step_start)
-            self._step_start = None
+        if self._step_start is None:
+            return
+        seconds = time.perf_counter() - self._step_start
+        self._step_start = None
+        metrics = self.trainer._metrics["train"]
+        metrics["timing/step"].append(seconds)
+        for phase, (phase_seconds, peak) in self.meter.take(("loss", "optimizer")).items():
+            metrics[f"timing/{phase}"].append(phase_seconds)
+            metrics[f"memory/{phase}"].append(peak)
+        graphs = dynamo_graphs()
+        new_graphs = graphs - self._graphs_at_start
+        if graphs:
+            metrics["compile/graphs"].append(float(new_graphs))
+        if self._first_step is None:
+            self._first_step = seconds
+            metrics["timing/first_step"].append(seconds)
+            return
+        if new_graphs:
+            ratio = f", {seconds / statistics.median(self._steps):.1f}x the median of the steps before it" if self._steps else ""
+            self._warn("recompile", state.global_step, RECOMPILE_HELP.format(graphs=new_graphs, step=state.global_step,
+                                                                             seconds=seconds, ratio=ratio))
+        else:
+            self._steps = (self._steps + [seconds])[-50:]
+        if len(self._steps) == 5 and not self._reported_first:
+            self._reported_first = True
+            median = statistics.median(self._steps)
+            if self.trainer.accelerator.is_main_process:
+                logger.info("first step: %.2f s, %.1fx the median of the next steady steps (%.2f s): warm-up%s.",
+                            self._first_step, self._first_step / median, median,
+                            " and torch.compile's first compilation" if self._graphs_at_start or graphs else "")
 
     # The trainer calls this before TRL adds its metric averages to ``logs`` and logs them.
     def before_log(self, trainer, logs: dict) -> None:

@@ -1,0 +1,134 @@
+"""Time and peak memory of each phase of a GRPO step, measured where the phase runs.
+
+The trainer wraps TRL's own methods with :meth:`PhaseMeter.measure` (generation, rewards, log-prob passes outside the
+loss) and the loss; the ``diagnostics`` callback wraps the optimizer step and takes the numbers. Peak memory is:
+
+- on CUDA: ``torch.cuda.max_memory_allocated`` of the process's device, its peak reset when the phase starts (this
+  resets the peak a user reads from ``torch.cuda.max_memory_allocated`` too);
+- on CPU: the process's peak resident set size (``VmHWM``), reset when the phase starts by writing ``5`` to
+  ``/proc/self/clear_refs`` (Linux). Where that file cannot be written (other systems, some sandboxes), the larger of
+  the resident sizes at the phase's start and end (``rss_at_edges``), which can miss a peak inside the phase.
+
+>>> meter = PhaseMeter(device="cpu")
+>>> with meter.measure("rewards"):
+...     _ = [0] * 10_000
+>>> seconds, peak_mib = meter.take()["rewards"]
+>>> seconds >= 0 and peak_mib > 0
+True
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import torch
+
+MIB = 1024 * 1024
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _rss_bytes() -> int:
+    kib = _status_kib("VmRSS")
+    if kib is not None:
+        return kib * 1024
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+    except Exception:  # noqa: BLE001 - no way to read memory here: report 0 rather than fail a training step
+        return 0
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return _status_kib("VmHWM") is not None
+    except OSError:
+        return False
+
+
+class PhaseMeter:
+    """Seconds and peak memory (MiB) per named phase, summed/maxed until :meth:`take`.
+
+    Phases must not nest (each resets the peak it measures); the trainer's phases do not: generation, rewards and
+    reference run one after another inside generate-and-score, the loss after it, the optimizer step after that.
+    """
+
+    def __init__(self, device: torch.device | str | None = None):
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        self.cuda = device.type == "cuda" and torch.cuda.is_available()
+        self.device = device
+        self.cpu_method = None if self.cuda else ("peak_rss" if _reset_peak_rss() else "rss_at_edges")
+        self._seconds: dict[str, float] = defaultdict(float)
+        self._peak: dict[str, float] = {}
+        self._open: dict[str, tuple[float, int]] = {}
+
+    @property
+    def memory_kind(self) -> str:
+        """What the peaks are: ``cuda_max_allocated``, ``peak_rss`` or ``rss_at_edges``."""
+        return "cuda_max_allocated" if self.cuda else self.cpu_method
+
+    def start(self, phase: str) -> None:
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            start_bytes = 0
+        elif self.cpu_method == "peak_rss":
+            _reset_peak_rss()
+            start_bytes = 0
+        else:
+            start_bytes = _rss_bytes()
+        self._open[phase] = (time.perf_counter(), start_bytes)
+
+    def stop(self, phase: str) -> None:
+        if phase not in self._open:
+            return
+        started, start_bytes = self._open.pop(phase)
+        self._seconds[phase] += time.perf_counter() - started
+        if self.cuda:
+            peak = torch.cuda.max_memory_allocated(self.device)
+        elif self.cpu_method == "peak_rss":
+            peak = (_status_kib("VmHWM") or 0) * 1024
+        else:
+            peak = max(start_bytes, _rss_bytes())
+        self._peak[phase] = max(self._peak.get(phase, 0.0), peak / MIB)
+
+    @contextmanager
+    def measure(self, phase: str):
+        self.start(phase)
+        try:
+            yield
+        finally:
+            self.stop(phase)
+
+    def pending(self) -> dict[str, float]:
+        """Seconds measured and not yet taken, per phase."""
+        return dict(self._seconds)
+
+    def take(self, phases: tuple[str, ...] | None = None) -> dict[str, tuple[float, float]]:
+        """``{phase: (seconds, peak MiB)}`` of the phases measured since the last take (all, or those named)."""
+        names = [p for p in (phases if phases is not None else list(self._seconds)) if p in self._seconds]
+        out = {p: (self._seconds.pop(p), self._peak.pop(p, 0.0)) for p in names}
+        return out
+
+
+def dynamo_graphs() -> int:
+    """Graphs ``torch.compile`` has compiled in this process so far (0 when it was never used)."""
+    import sys
+
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return 0
+    return int(utils.counters["stats"].get("unique_graphs", 0))
