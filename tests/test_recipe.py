@@ -130,5 +130,5 @@ def test_no_gpu_means_cpu_in_float32_with_one_notice(tmp_path, caplog):
     assert args.use_cpu and not args.bf16 and args.device.type == "cpu"
     assert kept.use_cpu and not kept.bf16
     notices = [r.getMessage() for r in caplog.records if "no GPU here" in r.getMessage()]
-    assert notices == ["no GPU here: training on CPU in float32 (use_cpu: true, bf16: false). Set these in the recipe "
-                       "to silence this notice."]  # once, for the recipe that did not say; none for the one that did
+    assert notices == ["no GPU here: training on CPU without mixed precision (use_cpu: true, bf16: false). Set these "
+                       "in the recipe to silence this notice."]  # once, for the recipe that did not say; none for the one that did

@@ -2,8 +2,8 @@
 
 Every field carries ``metadata={"help": ...}`` so ``python -m rookgrpo --help`` documents it, as TRL's configs do.
 With every rookgrpo field at its default, ``RookGRPOConfig`` is a plain ``GRPOConfig``: same defaults, same checks,
-except one: on a machine without a GPU a recipe written for GPUs trains on CPU in float32, with a one-line notice,
-instead of stopping with transformers' "Your setup doesn't support bf16/gpu".
+except one: on a machine without a GPU a recipe written for GPUs trains on CPU without mixed precision, with a
+one-line notice, instead of stopping with transformers' "Your setup doesn't support bf16/gpu".
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def _has_accelerator() -> bool:
 
 
 def _fall_back_to_cpu(args) -> None:
-    """A recipe written for GPUs, run where there is none: train on CPU in float32, with one line saying so.
+    """A recipe written for GPUs, run where there is none: train on CPU without mixed precision (the weights keep the
+    recipe's ``dtype``), with one line saying so.
 
     Without this, transformers stops with "Your setup doesn't support bf16/gpu" (TRL turns bf16 on by default)
     before any check of ours runs. Where an accelerator is present, or ``use_cpu`` is set, nothing changes.
@@ -99,7 +100,8 @@ def _fall_back_to_cpu(args) -> None:
         args.fp16 = False
         changed.append("fp16: false")
     args.use_cpu = True
-    logger.warning("no GPU here: training on CPU in float32 (%s). Set these in the recipe to silence this notice.",
+    logger.warning("no GPU here: training on CPU without mixed precision (%s). Set these in the recipe to silence this "
+                   "notice.",
                    ", ".join(changed))
 
 

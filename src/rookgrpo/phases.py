@@ -8,6 +8,8 @@ loss) and the loss; the ``diagnostics`` callback wraps the optimizer step and ta
 - on CPU: the process's peak resident set size (``VmHWM``), reset when the phase starts by writing ``5`` to
   ``/proc/self/clear_refs`` (Linux). Where that file cannot be written (other systems, some sandboxes), the larger of
   the resident sizes at the phase's start and end (``rss_at_edges``), which can miss a peak inside the phase.
+  The reset also resets the lifetime peak the kernel reports for the process (``ru_maxrss``, what ``/usr/bin/time
+  -v`` prints), so the meter keeps it: :attr:`PhaseMeter.process_peak_mib`, the peak read before every reset.
 
 >>> meter = PhaseMeter(device="cpu")
 >>> with meter.measure("rewards"):
@@ -75,6 +77,13 @@ class PhaseMeter:
         self._seconds: dict[str, float] = defaultdict(float)
         self._peak: dict[str, float] = {}
         self._open: dict[str, tuple[float, int]] = {}
+        self.process_peak_mib = 0.0  # CPU: the process's peak resident set since the meter was built
+        self._note_process_peak()
+
+    def _note_process_peak(self) -> None:
+        if not self.cuda:
+            kib = _status_kib("VmHWM") if self.cpu_method == "peak_rss" else _rss_bytes() // 1024
+            self.process_peak_mib = max(self.process_peak_mib, (kib or 0) / 1024)
 
     @property
     def memory_kind(self) -> str:
@@ -86,6 +95,7 @@ class PhaseMeter:
             torch.cuda.reset_peak_memory_stats(self.device)
             start_bytes = 0
         elif self.cpu_method == "peak_rss":
+            self._note_process_peak()  # what the reset is about to forget
             _reset_peak_rss()
             start_bytes = 0
         else:
@@ -104,6 +114,7 @@ class PhaseMeter:
         else:
             peak = max(start_bytes, _rss_bytes())
         self._peak[phase] = max(self._peak.get(phase, 0.0), peak / MIB)
+        self._note_process_peak()
 
     @contextmanager
     def measure(self, phase: str):

@@ -62,7 +62,23 @@ def build_trainer(argv: Sequence[str], extra_callbacks: Sequence = ()):
         peft_config=get_peft_config(model_args),
         quantization_config=get_quantization_config(model_args),
     )
+    if trainer.accelerator.is_main_process:
+        logger.info("%s", trainable_summary(trainer.model))
     return trainer, script_args, model_path
+
+
+def trainable_summary(model) -> str:
+    """One line: how many parameters train, of how many (LoRA's share, or all of them).
+
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    >>> _ = net[0].requires_grad_(False)
+    >>> trainable_summary(net)
+    'trainable parameters: 5 of 25 (20.00%)'
+    """
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / max(total, 1):.2f}%)"
 
 
 def main(argv: Sequence[str]) -> int:

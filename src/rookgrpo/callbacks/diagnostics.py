@@ -8,7 +8,8 @@ Logged (averaged over the logging window like TRL's own metrics):
   per optimizer step; ``timing/step``: seconds per optimizer step, everything included. The trainer measures the
   phases around TRL's own methods, so they add up to what the step really spent.
 - ``memory/<phase>`` for the same five phases: peak memory during the phase in MiB on the main process (CUDA max
-  allocated on a GPU, the process's peak resident set on CPU; :mod:`rookgrpo.phases` says how).
+  allocated on a GPU, the process's peak resident set on CPU; :mod:`rookgrpo.phases` says how). On CPU
+  ``memory/process_peak`` is the process's peak resident set since training began.
 - ``timing/first_step`` (in the first log only): the first optimizer step, which carries the warm-up (allocator,
   kernels, a ``torch.compile`` compilation); after 5 more steps an info line says how many median steps it cost.
   ``compile/graphs``: graphs ``torch.compile`` compiled during the step (logged once it has compiled any).
@@ -200,6 +201,8 @@ class Diagnostics(RookCallback):
         for phase, (phase_seconds, peak) in self.meter.take(("loss", "optimizer")).items():
             metrics[f"timing/{phase}"].append(phase_seconds)
             metrics[f"memory/{phase}"].append(peak)
+        if not self.meter.cuda:
+            metrics["memory/process_peak"].append(self.meter.process_peak_mib)
         graphs = dynamo_graphs()
         new_graphs = graphs - self._graphs_at_start
         if graphs:
