@@ -58,3 +58,56 @@ def test_collapsed_judge_is_named_with_cause_and_fix(tiny_model_dir, smoke_datas
     assert warnings and "reward 'flat-judge' gave all 8 scored completions" in warnings[0]
     assert "judge" in warnings[0] and "Fix:" in warnings[0]
     assert all(h["loss"] == pytest.approx(0.0, abs=1e-6) for h in trainer.state.log_history if "loss" in h)
+
+
+# --- the packaged fill-in judge: a judge whose scores vary, trained on a task generated here -----------------------
+
+
+def test_fill_in_rule_gives_partial_credit_and_the_floor_to_anything_else():
+    from rookgrpo.judge import destinations, fill_in_prompts, grade
+
+    assert destinations("knight", "g1") == {"e2", "f3", "h3"}
+    prompt = "knight on g1 moves to"
+    assert [grade(prompt, c) for c in (" f3", "f3", " f3.", " a1", " f3zz", " e", "  f3", "", "zz")] == \
+        pytest.approx([1.0, 0.8, 1.0, 0.6, 0.5, 0.15, 0.0, 0.0, 0.0])
+    assert grade("not a prompt", " f3") == 0.0 and grade(None, " f3") == 0.0 and grade(prompt, None) == 0.0
+    assert len(set(fill_in_prompts(200, seed=1))) > 150 and fill_in_prompts(5, seed=1) == fill_in_prompts(5, seed=1)
+
+
+def test_a_briefly_trained_judge_ranks_answers_like_the_rule(tmp_path):
+    """Trained for a few seconds here: on answers it never saw, its scores follow the rule it imitates."""
+    from rookgrpo.judge import build_fill_in_judge, training_examples
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out = build_fill_in_judge(tmp_path / "judge", steps=250, progress=False)
+    judge, tok = AutoModelForSequenceClassification.from_pretrained(out), AutoTokenizer.from_pretrained(out)
+    held_out = training_examples(600, seed=99)
+    enc = tok([t for t, _ in held_out], return_tensors="pt", padding=True, padding_side="right")
+    with torch.no_grad():
+        scores = judge(**enc).logits[:, 0]
+    grades = torch.tensor([g for _, g in held_out])
+    rank = lambda x: x.argsort().argsort().float()  # noqa: E731
+    spearman = torch.corrcoef(torch.stack([rank(scores), rank(grades)]))[0, 1].item()
+    assert spearman > 0.7, spearman
+    assert scores[grades == 1.0].mean() > scores[grades == 0.0].mean() + 0.5
+    assert scores.std() > 0.2  # not collapsed: the scores vary, so GRPO gets a signal
+
+
+def test_packaged_judge_short_name_resolves_to_its_directory(tmp_path, monkeypatch):
+    from rookgrpo import judge as judge_module
+    from rookgrpo.rewards.registry import resolve_reward_func
+
+    built = []
+
+    def fake_build(out_dir, **kwargs):  # the real build is exercised above; here only the name's resolution
+        built.append(out_dir)
+        return build_judge_dir(out_dir)
+
+    def build_judge_dir(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return out_dir
+
+    monkeypatch.setattr(judge_module, "build_fill_in_judge", fake_build)
+    resolved = resolve_reward_func("rookgrpo/fill-in-judge")
+    assert built and resolved == str(built[0]) and resolved.endswith("fill-in-judge-v1")
+    assert resolve_reward_func("fill_in_grade")(["rook on a1 moves to"], [" h1"]) == [1.0]

@@ -147,6 +147,9 @@ def format_report(report: dict[str, Any], max_groups: int = 4) -> str:
     if "step_time" in step:
         times.setdefault("step", step["step_time"])
     lines.append("  " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(times.items())))
+    peaks = {k[len("memory/"):]: v for k, v in step.items() if k.startswith("memory/")}
+    if peaks:
+        lines.append("  peak memory (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(peaks.items())))
     lines += ["", "5. mean reward on the same prompts (sampled), before → after the step"]
     before, after = report["reward_before"], report["reward_after"]
     if before is not None:

@@ -39,10 +39,17 @@ def _tiny_rookworld() -> Path:
     return TINY_ROOKWORLD
 
 
+def _fill_in_judge() -> Path:
+    from ..judge import build_fill_in_judge
+
+    return build_fill_in_judge(cache_dir() / "models" / "fill-in-judge-v1")
+
+
 # name → callable returning a local directory (packaged, or built on first use).
 MODELS = {
     "tiny-random": _tiny_random,
     "tiny-rookworld": _tiny_rookworld,
+    "fill-in-judge": _fill_in_judge,  # a sequence-classification judge for judge-scored GRPO (rookgrpo/judge.py)
 }
 def _code_rows(source: str, chat: bool):
     def build():
@@ -65,8 +72,17 @@ DATASETS = {
     "tiny-rookworld-train": TINY_ROOKWORLD / "train_positions.txt",
     "tiny-rookworld-eval": TINY_ROOKWORLD / "eval_positions.txt",
 }
-# name → builder returning a datasets.Dataset (data that ships inside a dependency, e.g. HumanEval).
+def _fill_in_rows():
+    from datasets import Dataset
+
+    from ..judge import fill_in_prompts
+
+    return Dataset.from_dict({"prompt": fill_in_prompts(1024, seed=0)})
+
+
+# name → builder returning a datasets.Dataset (data that ships inside a dependency, e.g. HumanEval, or generated).
 DATASET_BUILDERS = {
+    "fill-in-prompts": _fill_in_rows,
     "humaneval": _code_rows("humaneval", chat=False),
     "humaneval-chat": _code_rows("humaneval", chat=True),
     "code-builtin": _code_rows("builtin", chat=False),

@@ -7,7 +7,8 @@ A recipe can name a reward in five ways (the first match wins):
 3. a file path: ``rewards/my_reward.py:my_reward`` (relative to the launch directory, or absolute);
 4. a callable (from Python);
 5. a reward-model id or local directory (``org/model`` or ``./my-judge``): passed to TRL unchanged, which loads it as
-   an ``AutoModelForSequenceClassification`` exactly as ``GRPOTrainer`` does.
+   an ``AutoModelForSequenceClassification`` exactly as ``GRPOTrainer`` does; a packaged judge's short name
+   (``rookgrpo/fill-in-judge``) becomes its local directory.
 
 Anything else is an error that lists the registered names and says what the valid forms look like.
 """
@@ -85,6 +86,10 @@ def resolve_reward_func(spec: Any) -> Any:
         return _load_from_module(spec, target, attr)
     if Path(spec).is_dir():
         return spec  # a local reward model directory
+    from ..assets import MODELS, PREFIX, resolve_model
+
+    if spec.startswith(PREFIX) and spec[len(PREFIX):] in MODELS:
+        return resolve_model(spec)  # a packaged judge (rookgrpo/fill-in-judge), built on first use
     if "." in spec and "/" not in spec and not spec.endswith(".py"):
         module, _, attr = spec.rpartition(".")  # trl's `pkg.mod.fn` form
         return _load_from_module(spec, module, attr)
@@ -163,5 +168,5 @@ def _load_builtin_rewards() -> None:
     if _builtins_loaded:
         return
     _builtins_loaded = True
-    for module in ("rookgrpo.rewards.basic", "rookgrpo.rewards.chess", "rookgrpo.rewards.code"):
+    for module in ("rookgrpo.rewards.basic", "rookgrpo.rewards.chess", "rookgrpo.rewards.code", "rookgrpo.rewards.fill_in"):
         importlib.import_module(module)
