@@ -29,6 +29,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("step_time", "bench_step_time", []),
     ("resampling_cost", "bench_resampling", []),
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
+    ("judge", "bench_judge", ["--seeds", "5"]),
+    ("shapes", "bench_shapes", []),
 ]
 
 

@@ -72,6 +72,14 @@ def test_fill_in_rule_gives_partial_credit_and_the_floor_to_anything_else():
         pytest.approx([1.0, 0.8, 1.0, 0.6, 0.5, 0.15, 0.0, 0.0, 0.0])
     assert grade("not a prompt", " f3") == 0.0 and grade(None, " f3") == 0.0 and grade(prompt, None) == 0.0
     assert len(set(fill_in_prompts(200, seed=1))) > 150 and fill_in_prompts(5, seed=1) == fill_in_prompts(5, seed=1)
+    # The audit of docs/rewards.md, pinned: under the rule every degenerate answer earns less than the right one.
+    prompts = fill_in_prompts(200, seed=12345)
+    mean = lambda make: sum(grade(p, make(p)) for p in prompts) / len(prompts)  # noqa: E731
+    parse = lambda p: (p.split()[0], p.split()[2])  # noqa: E731
+    best = mean(lambda p: " " + sorted(destinations(*parse(p)))[0])
+    degenerate = {"constant": mean(lambda p: " e4"), "copy": mean(lambda p: " " + parse(p)[1]),
+                  "list": mean(lambda p: " " + " ".join(sorted(destinations(*parse(p))))), "empty": mean(lambda p: "")}
+    assert best == 1.0 and all(v <= 0.7 for v in degenerate.values()), degenerate
 
 
 def test_a_briefly_trained_judge_ranks_answers_like_the_rule(tmp_path):
@@ -91,6 +99,9 @@ def test_a_briefly_trained_judge_ranks_answers_like_the_rule(tmp_path):
     assert spearman > 0.7, spearman
     assert scores[grades == 1.0].mean() > scores[grades == 0.0].mean() + 0.5
     assert scores.std() > 0.2  # not collapsed: the scores vary, so GRPO gets a signal
+    # The longest answers a policy can write still fit the judge's positions (TRL does not truncate its input).
+    long = tok(["queen on d4 moves to " + " a1" * 60], return_tensors="pt")
+    assert torch.isfinite(judge(**long).logits).all()
 
 
 def test_packaged_judge_short_name_resolves_to_its_directory(tmp_path, monkeypatch):
@@ -111,3 +122,18 @@ def test_packaged_judge_short_name_resolves_to_its_directory(tmp_path, monkeypat
     resolved = resolve_reward_func("rookgrpo/fill-in-judge")
     assert built and resolved == str(built[0]) and resolved.endswith("fill-in-judge-v1")
     assert resolve_reward_func("fill_in_grade")(["rook on a1 moves to"], [" h1"]) == [1.0]
+
+
+def test_judge_recipe_pays_the_judge_and_logs_the_rule_beside_it(tmp_path, monkeypatch):
+    from conftest import REPO
+    from rookgrpo.train import build_trainer
+
+    monkeypatch.chdir(REPO)
+    trainer, _, _ = build_trainer(["recipes/judge.yaml", "--max_steps", "5", "--output_dir", str(tmp_path),
+                                   "--disable_tqdm", "true"])
+    assert trainer.reward_func_names == ["fill-in-judge-v1", "fill_in_grade"]
+    assert trainer.reward_weights.tolist() == [1.0, 0.0]
+    trainer.train()
+    log = [h for h in trainer.state.log_history if "loss" in h][-1]
+    assert log["rewards/fill-in-judge-v1/std"] > 0  # the judge's scores vary: there is a signal
+    assert 0.0 <= log["rewards/fill_in_grade/mean"] <= 1.0 and log["memory/loss"] > 0

@@ -116,7 +116,7 @@ def build_fill_in_judge(out_dir: str | os.PathLike, steps: int = 800, batch_size
         return out
     tokenizer = build_char_tokenizer()
     tokenizer.padding_side = "right"
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=64, n_embd=64, n_layer=2, n_head=4, num_labels=1,
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=64, n_layer=2, n_head=4, num_labels=1,
                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                         bos_token_id=tokenizer.eos_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     torch.manual_seed(seed)
