@@ -90,6 +90,24 @@ def test_launch_command_takes_accelerate_keys_from_recipe_and_flags(tmp_path, mo
     assert args[1].endswith("ddp.yaml") and "--accelerate_config=ddp" not in args
 
 
+def test_launch_without_gpu_gives_each_process_its_share_of_the_cores(tmp_path, monkeypatch):
+    """accelerate would run a CPU process on one thread (OMP_NUM_THREADS=1) unless told otherwise."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    recipe = write_recipe(tmp_path / "r.yaml")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for processes, flags in ((1, []), (2, ["--num_processes", "2"])):
+        args = launch_command([str(recipe), *flags])
+        threads = args[args.index("--num_cpu_threads_per_process") + 1]
+        assert int(threads) == max(1, os.cpu_count() // processes)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's setting stands
+    assert "--num_cpu_threads_per_process" not in launch_command([str(recipe)])
+
+
 def test_accelerate_config_names_resolve_to_files(monkeypatch):
     monkeypatch.chdir(REPO)
     for name in ("cpu-ddp", "ddp", "zero2", "zero3", "fsdp"):

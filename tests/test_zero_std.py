@@ -381,3 +381,25 @@ def test_zero_std_criterion_matches_trls_advantages_for_each_aggregation():
         flat_advantages = (advantages - advantages[:, :1]).abs().amax(dim=1) < 1e-3
         assert zero_std_groups(rpf, torch.tensor([1.0, 0.5, 2.0]), 4, aggregation).tolist() == flat_advantages.tolist()
         assert 0 < int(flat_advantages.sum()) < 16
+
+
+def test_optimised_zero_std_share_uses_trls_definition(tiny_model_dir, smoke_dataset, tmp_path):
+    """optimised/frac_reward_zero_std compares with TRL's frac_reward_zero_std: groups whose rewards differ only by
+    float noise (a judge scoring identical texts 1e-7 apart) have spread under TRL's definition and no signal under the
+    resampler's (resample/frac_zero_std_*), and each metric keeps its own definition."""
+    from rookgrpo.batch import trl_frac_zero_std, zero_std_groups
+
+    def noise_only(completions, **kwargs):
+        return [0.5 + (1e-7 if i % 4 == 1 else 0.0) for i in range(len(completions))]
+
+    rpf = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.5, 0.5 + 1e-7, 0.5, 0.5, 0.0, 1.0, 0.0, 1.0]).unsqueeze(1)
+    assert trl_frac_zero_std(rpf, torch.tensor([1.0]), 4) == pytest.approx(1 / 3)  # only the exact ties
+    assert zero_std_groups(rpf, torch.tensor([1.0]), 4).tolist() == [True, True, False]  # noise is no signal
+
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=noise_only,
+                              args=tiny_grpo_args(tmp_path, max_steps=2), train_dataset=smoke_dataset,
+                              callbacks=[ZeroStdResampling(max_rounds=1)])
+    trainer.train()
+    for h in [h for h in trainer.state.log_history if "loss" in h]:
+        assert h["frac_reward_zero_std"] == 0.0 == h["optimised/frac_reward_zero_std"]  # TRL's definition, both
+        assert h["resample/frac_zero_std_before"] == 1.0 == h["resample/frac_zero_std_after"]  # the resampler's

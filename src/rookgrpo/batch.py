@@ -120,6 +120,31 @@ def zero_std_groups(rewards_per_func: torch.Tensor, weights: torch.Tensor, group
     return (count < 2) | (spread <= tolerance)
 
 
+def trl_frac_zero_std(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int,
+                      aggregation: str = "sum_then_normalize", scale_rewards: str = "group") -> float:
+    """TRL's ``frac_reward_zero_std`` for a batch: the share of rows whose reward std, the one TRL scales advantages by,
+    is ``torch.isclose`` to 0 (|std| <= 1e-8), computed exactly as TRL computes it for the batch it scores.
+
+    It differs from :func:`zero_std_groups` on near-flat groups: a group whose rewards differ only by float noise
+    (a judge scoring identical texts 1e-7 apart) has signal here and none there.
+
+    >>> trl_frac_zero_std(torch.tensor([[1.0], [1.0], [0.0], [1.0 + 1e-7]]), torch.tensor([1.0]), 2)
+    0.5
+    """
+    if aggregation == "normalize_then_sum":
+        rewards = combined_rewards(normalized_per_function(rewards_per_func, group_size), weights)
+        std = nanstd(rewards) if rewards.numel() > 1 else torch.zeros(())
+        return float(torch.isclose(std, torch.zeros_like(std)))
+    rewards = combined_rewards(rewards_per_func, weights)
+    if scale_rewards == "batch":
+        std = nanstd(rewards) if rewards.numel() > 1 else torch.zeros(())
+        return float(torch.isclose(std, torch.zeros_like(std)))
+    if group_size < 2:
+        return 1.0
+    std = nanstd(rewards.view(-1, group_size), dim=1)
+    return torch.isclose(std, torch.zeros_like(std)).float().mean().item()
+
+
 def batch_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int, scale_rewards: str,
                      aggregation: str = "sum_then_normalize") -> torch.Tensor:
     """GRPO advantages for a whole (gathered) batch, following the trainer's ``scale_rewards`` and aggregation.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,11 +60,16 @@ def launch_command(argv: Sequence[str]) -> list[str]:
         args += ["--config_file", str(resolve_accelerate_config(str(accelerate_config)))]
     else:  # what accelerate would otherwise default with a block of warnings (precision is the recipe's bf16/fp16)
         args += list(ACCELERATE_DEFAULTS)
-        if num_processes is None:
-            from .config import _has_accelerator
+        from .config import _has_accelerator
 
-            if not _has_accelerator():
+        if not _has_accelerator():
+            if num_processes is None:
                 num_processes = 1  # accelerate's own choice without GPUs (it picks one process per GPU otherwise)
+            if "OMP_NUM_THREADS" not in os.environ:
+                # accelerate sets OMP_NUM_THREADS=1 unless told (its CPU default applies only with --cpu), which leaves
+                # a CPU run on one core: give each process its share of the cores instead.
+                threads = max(1, (os.cpu_count() or 1) // int(num_processes))
+                args += ["--num_cpu_threads_per_process", str(threads)]
     if num_processes is not None:
         args += ["--num_processes", str(int(num_processes))]
         if int(num_processes) > 1 and not accelerate_config:

@@ -169,8 +169,10 @@ class ZeroStdResampling(RookCallback):
         rewards = B.combined_rewards(rpf, trainer.reward_weights)
         metrics["optimised/reward"].append(torch.nanmean(rewards).item())
         metrics["optimised/reward_std"].append(nanstd(rewards).item())
-        flat = B.zero_std_groups(rpf, trainer.reward_weights, G, aggregation)
-        metrics["optimised/frac_reward_zero_std"].append(flat.float().mean().item())
+        # TRL's definition, so it compares with TRL's frac_reward_zero_std of the sampled batch; the resampler's own
+        # (no spread beyond float noise, or no loss token) is resample/frac_zero_std_after.
+        metrics["optimised/frac_reward_zero_std"].append(
+            B.trl_frac_zero_std(rpf, trainer.reward_weights, G, aggregation, trainer.scale_rewards))
         for i, name in enumerate(trainer.reward_func_names):
             metrics[f"optimised/rewards/{name}/mean"].append(torch.nanmean(rpf[:, i]).item())
             metrics[f"optimised/rewards/{name}/std"].append(nanstd(rpf[:, i]).item())
