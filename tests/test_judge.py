@@ -137,3 +137,29 @@ def test_judge_recipe_pays_the_judge_and_logs_the_rule_beside_it(tmp_path, monke
     log = [h for h in trainer.state.log_history if "loss" in h][-1]
     assert log["rewards/fill-in-judge-v1/std"] > 0  # the judge's scores vary: there is a signal
     assert 0.0 <= log["rewards/fill_in_grade/mean"] <= 1.0 and log["memory/loss"] > 0
+
+
+def test_saturated_judge_is_named_with_cause_and_fix(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    """A judge whose scores sit at 50 whatever the text, differing in the fourth digit: group scaling would turn that
+    noise into full-size advantages; the diagnostics say so (and do not call it collapsed)."""
+    from transformers import GPT2ForSequenceClassification
+
+    path = build_judge(tiny_model_dir, tmp_path / "plateau-judge")
+    judge = GPT2ForSequenceClassification.from_pretrained(path)
+    with torch.no_grad():  # a tiny text-dependent part plus a large constant along the final layer norm's bias
+        judge.score.weight.mul_(1e-2)
+        bias = judge.transformer.ln_f.bias
+        bias.copy_(torch.ones_like(bias))
+        judge.score.weight.add_(50.0 / bias.numel())
+    judge.save_pretrained(path)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=str(path),
+                              args=tiny_grpo_args(tmp_path / "out", max_steps=1), train_dataset=smoke_dataset,
+                              callbacks=[Diagnostics()])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+        trainer.train()
+    log = [h for h in trainer.state.log_history if "loss" in h][0]
+    assert 0 < log["rewards/plateau-judge/std"] < 1e-3 * abs(log["rewards/plateau-judge/mean"])
+    warnings = [r.getMessage() for r in caplog.records if "saturated" in r.getMessage()]
+    assert warnings and "reward 'plateau-judge' scored all 8 completions" in warnings[0], warnings
+    assert "scale_rewards: none" in warnings[0]
+    assert not [r for r in caplog.records if "same score" in r.getMessage()]

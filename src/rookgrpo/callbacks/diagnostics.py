@@ -24,7 +24,8 @@ Logged (averaged over the logging window like TRL's own metrics):
 
 Warnings (through ``logging``, at most once per ``warn_every`` steps per kind, with a count of the ones held back):
 every advantage of a batch zero, most groups identical, every completion masked out of the loss (no token to learn
-from), a reward function (a judge, typically) that gave every completion of the batch the same score, and a step
+from), a reward function (a judge, typically) that gave every completion of the batch the same score or scores
+within a thousandth of their magnitude of each other (saturated), and a step
 after the first in which ``torch.compile`` compiled again (the "second iteration 5x slower" failure).
 """
 
@@ -63,6 +64,14 @@ COLLAPSED_HELP = (
     "part is lost in formatting); or a rule every completion fails or passes. Fix: check what the judge is given "
     "(reward_processing_classes, truncation) and its raw scores on good and bad answers, or give the reward partial "
     "credit."
+)
+SATURATED_HELP = (
+    "reward {name!r} scored all {n} completions of this batch within {spread:.3g} of each other around {center:.4g} "
+    "({ratio:.1e} of its magnitude): saturated. Scaled advantages divide by the group's spread, so differences this "
+    "small become full-size advantages and the policy learns from the reward's noise. Likely cause: a judge whose "
+    "output sits far from 0 whatever the text (a logit on a sigmoid's plateau), or a task the policy has saturated. "
+    "Fix: check the judge's raw scores on good and bad answers (center or rescale them), use scale_rewards: none, or "
+    "train on harder prompts."
 )
 RECOMPILE_HELP = (
     "torch.compile compiled {graphs} new graph(s) during step {step}, after the first step; the step took {seconds:.2f} "
@@ -110,6 +119,28 @@ def collapsed_rewards(rewards_per_func: torch.Tensor, names: list[str]) -> list[
             low, high = values.min().item(), values.max().item()
             if high - low <= 1e-6 * max(1.0, abs(high)):
                 out.append((name, high, values.numel()))
+    return out
+
+
+def saturated_rewards(rewards_per_func: torch.Tensor, names: list[str],
+                      relative: float = 1e-3) -> list[tuple[str, float, float, int]]:
+    """(name, center, spread, count) of each reward whose scores in the batch are not all equal but spread by less
+    than ``relative`` of their magnitude (a saturated judge); exactly equal scores are :func:`collapsed_rewards`.
+
+    >>> nan = float("nan")
+    >>> saturated_rewards(torch.tensor([[9.9995, 1.0], [10.0, 0.0], [10.0002, nan]]), ["judge", "rule"])
+    [('judge', 9.99985, 0.0007, 3)]
+    """
+    out = []
+    for i, name in enumerate(names):
+        values = rewards_per_func[:, i]
+        values = values[~torch.isnan(values)].double()
+        if values.numel() >= 2:
+            low, high = values.min().item(), values.max().item()
+            center, spread = (low + high) / 2, high - low
+            magnitude = max(abs(low), abs(high))
+            if spread > 1e-6 * max(1.0, magnitude) and spread < relative * magnitude:
+                out.append((name, round(center, 6), round(spread, 6), values.numel()))
     return out
 
 
@@ -169,6 +200,9 @@ class Diagnostics(RookCallback):
             self._warn("identical", step, IDENTICAL_HELP.format(share=share, G=G))
         for name, value, n in collapsed_rewards(scored.rewards_per_func, trainer.reward_func_names):
             self._warn(f"collapsed:{name}", step, COLLAPSED_HELP.format(name=name, n=n, value=value))
+        for name, center, spread, n in saturated_rewards(scored.rewards_per_func, trainer.reward_func_names):
+            self._warn(f"saturated:{name}", step, SATURATED_HELP.format(name=name, n=n, spread=spread, center=center,
+                                                                        ratio=spread / abs(center)))
 
     def _warn(self, kind: str, step: int, message: str) -> None:
         last = self._last_warned.get(kind)
