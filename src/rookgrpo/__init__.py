@@ -10,6 +10,7 @@ _EXPORTS = {
     "AdaptiveBeta": ".callbacks",
     "ConfigError": ".errors",
     "Diagnostics": ".callbacks",
+    "PromptSelection": ".callbacks",
     "RookCallback": ".callbacks",
     "RookGRPOConfig": ".config",
     "RookGRPOTrainer": ".trainer",

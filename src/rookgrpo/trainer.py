@@ -55,6 +55,9 @@ class RookGRPOTrainer(GRPOTrainer):
             reward_funcs = [_setup_reward(resolve_reward_func(entry), args) for entry in entries]
             if not reward_funcs:
                 raise ConfigError("reward_funcs: the list is empty. Name at least one reward, e.g. reward_funcs: [uci_charset].")
+        callbacks = resolve_callbacks(callbacks)
+        if any(getattr(cb, "needs_prompt_ids", False) for cb in callbacks or ()):
+            train_dataset = _with_prompt_ids(train_dataset)
         _check_prompt_column(train_dataset, "train_dataset")
         _check_reward_columns(reward_funcs or [], train_dataset)
         if getattr(args, "task_generation_kwargs", None):
@@ -67,7 +70,7 @@ class RookGRPOTrainer(GRPOTrainer):
             eval_dataset=eval_dataset,
             processing_class=processing_class,
             reward_processing_classes=reward_processing_classes,
-            callbacks=resolve_callbacks(callbacks),
+            callbacks=callbacks,
             **kwargs,
         )
         self._phases = None  # a PhaseMeter once a callback asks for phase measurements (diagnostics)
@@ -82,8 +85,10 @@ class RookGRPOTrainer(GRPOTrainer):
             callback.bind(self)
         # Hooks that change the batch (resampling) run before hooks that observe it (diagnostics), whatever order the
         # recipe lists them in: an observer must see the batch that is optimised, and the time spent making it.
+        # A hook that judges the batch as generated (prompt selection, learning from the prompts it chose) runs first.
         hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_scored_batch")]
-        self._batch_hooks = sorted(hooks, key=lambda cb: not getattr(cb, "changes_batch", False))
+        self._batch_hooks = sorted(hooks, key=lambda cb: 0 if getattr(cb, "sees_first_round", False)
+                                   else 1 if getattr(cb, "changes_batch", False) else 2)
         self._log_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_log")]
 
     # ---- hooks around TRL's generation step -------------------------------------------------------------------
@@ -169,7 +174,13 @@ class RookGRPOTrainer(GRPOTrainer):
         return self._phases
 
     def _get_train_sampler(self, dataset=None):
-        """TRL's sampler, or a task-homogeneous one when ``task_generation_kwargs`` is set."""
+        """TRL's sampler; a task-homogeneous one when ``task_generation_kwargs`` is set; the selecting callback's
+        (``prompt_selection``) when there is one, task-homogeneous where needed."""
+        selector = next((cb for cb in self._rook_callbacks() if hasattr(cb, "make_sampler")), None)
+        if selector is not None:
+            dataset = self.train_dataset if dataset is None else dataset
+            tasks = dataset[self.args.task_column] if self._task_settings is not None else None
+            return selector.make_sampler(self, dataset, tasks)
         if self._task_settings is None:
             return super()._get_train_sampler(dataset) if dataset is not None else super()._get_train_sampler()
         from .task_sampling import TaskGroupedRepeatSampler
@@ -238,6 +249,17 @@ class ScoredBatch:
     rewards_per_func: Any
     first_output: dict
     score: Callable[[list[dict]], tuple[dict, Any]]
+
+
+def _with_prompt_ids(dataset: Any) -> Any:
+    """The training data with a column numbering its rows, for callbacks that keep a history per prompt."""
+    from .callbacks.selection import PROMPT_ID_COLUMN
+
+    if dataset is None or not hasattr(dataset, "add_column"):
+        return dataset  # the callback's bind says what it needs
+    if PROMPT_ID_COLUMN in dataset.column_names:
+        dataset = dataset.remove_columns(PROMPT_ID_COLUMN)
+    return dataset.add_column(PROMPT_ID_COLUMN, list(range(len(dataset))))
 
 
 def _check_task_column(dataset: Any, column: str, per_task: dict) -> None:

@@ -146,14 +146,7 @@ class ZeroStdResampling(RookCallback):
 
     @staticmethod
     def _no_signal(trainer, output: dict, rewards_per_func: torch.Tensor) -> torch.Tensor:
-        """One bool per group of the gathered batch (rank-major): no reward spread under the trainer's aggregation,
-        or no completion token left to learn from (every completion masked, e.g. ``mask_truncated_completions``)."""
-        G = trainer.num_generations
-        aggregation = _aggregation(trainer)
-        flat = B.zero_std_groups(rewards_per_func, trainer.reward_weights, G, aggregation)
-        mask = B.loss_mask(output)
-        tokens = trainer.accelerator.gather(mask.reshape(-1, G * mask.size(1)).sum(dim=1))
-        return flat | (tokens == 0).to(flat.device)
+        return no_signal_groups(trainer, output, rewards_per_func)
 
     @staticmethod
     def _log_optimised(trainer, scored, metrics) -> None:
@@ -215,6 +208,16 @@ class ZeroStdResampling(RookCallback):
     def load_state_dict(self, state: dict) -> None:
         self.totals.update(state.get("totals", {}))
         self._draws = int(state.get("draws", 0))
+
+
+def no_signal_groups(trainer, output: dict, rewards_per_func: torch.Tensor) -> torch.Tensor:
+    """One bool per group of the gathered batch (rank-major): no reward spread under the trainer's aggregation, or no
+    completion token left to learn from (every completion masked, e.g. ``mask_truncated_completions``)."""
+    G = trainer.num_generations
+    flat = B.zero_std_groups(rewards_per_func, trainer.reward_weights, G, _aggregation(trainer))
+    mask = B.loss_mask(output)
+    tokens = trainer.accelerator.gather(mask.reshape(-1, G * mask.size(1)).sum(dim=1))
+    return flat | (tokens == 0).to(flat.device)
 
 
 def _aggregation(trainer) -> str:

@@ -1,0 +1,116 @@
+"""``prompt_selection``: choose each generation batch's prompts before generating, skipping predicted-flat ones.
+
+The rules, the history and the sampler are in :mod:`rookgrpo.selection`; this callback owns their state, hands the
+trainer the sampler, and records what every drawn prompt's group did. Named in recipes like the other callbacks::
+
+    callbacks:
+      - {name: prompt_selection, rule: greso, target_flat: 0.25}
+      - {name: zero_std_resampling, max_rounds: 2}     # for the groups that still come out flat
+
+Logged per generation batch: ``select/flat_share`` (share of the drawn groups that were flat: no reward spread, or
+no token to learn from; the batch as sampled, before any resampling), ``select/skipped`` and ``select/kept`` (prompts
+the sampler passed over and chose since the previous generation batch), ``select/predicted_flat_precision`` (share of
+the skipped prompts whose group was flat when last drawn; logged when some were skipped), and the rule's own numbers
+(GRESO: ``select/p_low``, ``select/p_high``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import ConfigError
+from ..selection import RULES, PromptHistory, SelectingSampler, SelectionState, flat_side
+from .base import RookCallback
+from .registry import register_callback
+
+PROMPT_ID_COLUMN = "rookgrpo_prompt_id"
+
+
+@register_callback("prompt_selection")
+class PromptSelection(RookCallback):
+    """Skip prompts whose next group is predicted flat (see :mod:`rookgrpo.selection`).
+
+    Args:
+        rule: ``"greso"`` (GRESO's ``p**k`` rule, ``p`` adapted to ``target_flat``) or ``"posterior"``.
+        max_skips: a prompt skipped this many times in a row is drawn the next time.
+        discount: weight of a prompt's older draws per newer draw, for the posterior rule.
+        **rule_kwargs: the rule's own settings (GRESO: ``target_flat``, ``p_start``, ``step``, ``p_min``;
+            posterior: ``prior_weight``, ``explore``).
+    """
+
+    state_key = "prompt_selection"
+    needs_prompt_ids = True  # the trainer adds PROMPT_ID_COLUMN to the training data
+    sees_first_round = True  # runs before resampling: it judges the prompts it chose, as generated
+
+    def __init__(self, rule: str = "greso", max_skips: int = 4, discount: float = 0.7, **rule_kwargs):
+        if rule not in RULES:
+            raise ConfigError(f"prompt_selection: rule {rule!r} is not one of {sorted(RULES)}.")
+        if int(max_skips) < 0:
+            raise ConfigError(f"prompt_selection: max_skips must be >= 0, got {max_skips}.")
+        try:
+            self.rule = RULES[rule](**rule_kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"prompt_selection: {exc} (rule {rule!r}).") from None
+        self.max_skips = int(max_skips)
+        self.history = PromptHistory(discount)
+        if hasattr(self.rule, "bind"):
+            self.rule.bind(self.history)
+        self.state: SelectionState | None = None
+
+    def bind(self, trainer) -> None:
+        super().bind(trainer)
+        if not hasattr(trainer.train_dataset, "__getitem__") or PROMPT_ID_COLUMN not in trainer.train_dataset.column_names:
+            raise ConfigError("prompt_selection: needs a map-style train_dataset (an indexed Dataset, not streaming), "
+                              "to keep a history per prompt.")
+        self.state = SelectionState(trainer.args.seed)
+        # The sampler's position is part of the checkpoint; replaying the skipped batches on resume would move it on.
+        trainer.args.ignore_data_skip = True
+
+    def make_sampler(self, trainer, dataset, tasks=None) -> SelectingSampler:
+        return SelectingSampler(dataset, self.history, self.rule, self.state, mini_repeat_count=trainer.num_generations,
+                                batch_size=trainer.args.generation_batch_size // trainer.num_generations,
+                                repeat_count=trainer.num_iterations * trainer.args.steps_per_generation,
+                                shuffle=getattr(trainer, "shuffle_dataset", True), seed=trainer.args.seed, tasks=tasks,
+                                max_skips=self.max_skips)
+
+    def on_scored_batch(self, trainer, scored) -> None:
+        if not trainer.model.training:
+            return
+        from .zero_std import no_signal_groups
+
+        G = trainer.num_generations
+        ids = torch.tensor([int(row[PROMPT_ID_COLUMN]) for row in scored.inputs], device=trainer.accelerator.device)
+        ids = trainer.accelerator.gather(ids).cpu().tolist()
+        rpf = scored.rewards_per_func
+        flat = no_signal_groups(trainer, scored.output, rpf).cpu().tolist()
+        from ..batch import combined_rewards
+
+        rewards = combined_rewards(rpf, trainer.reward_weights).view(-1, G)
+        finite = rewards[~torch.isnan(rewards)]
+        batch_mean = finite.mean().item() if finite.numel() else 0.0
+        step = trainer.state.global_step
+        for g, is_flat in enumerate(flat):
+            group = rewards[g][~torch.isnan(rewards[g])]
+            value = group.mean().item() if group.numel() else batch_mean
+            self.history.observe(ids[g * G], bool(is_flat), flat_side(value, batch_mean), step)
+        share = sum(flat) / max(len(flat), 1)
+        self.rule.after_batch(share, self.history)
+        skipped, skipped_flat, kept = self.state.take_counts()
+        metrics = trainer._metrics["train"]
+        metrics["select/flat_share"].append(share)
+        metrics["select/skipped"].append(float(skipped))
+        metrics["select/kept"].append(float(kept))
+        if skipped:
+            metrics["select/predicted_flat_precision"].append(skipped_flat / skipped)
+        for key, value in self.rule.metrics().items():
+            metrics[key].append(value)
+
+    def state_dict(self) -> dict:
+        return {"history": self.history.state_dict(), "rule": self.rule.state_dict(),
+                "sampler": self.state.state_dict() if self.state else {}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history.load_state_dict(state.get("history", {}))
+        self.rule.load_state_dict(state.get("rule", {}))
+        if self.state is not None:
+            self.state.load_state_dict(state.get("sampler", {}))

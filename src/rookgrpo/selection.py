@@ -1,0 +1,259 @@
+"""Prompt selection before generation: skip prompts whose next group is predicted flat, from each prompt's history.
+
+A flat group (every completion of a prompt scored alike) costs a full rollout and teaches nothing. Resampling
+(``zero_std_resampling``) replaces such groups after paying for them; selection avoids drawing them at all, from what
+each prompt did the last times it was drawn. The pieces:
+
+- :class:`PromptHistory`: per prompt (dataset row), how often it was drawn, how often its group was flat, its current
+  run of consecutive flat groups (``streak``), on which side it was flat (``high``: at or above the batch's mean
+  reward, the all-pass side of a binary reward; ``low``: below, all-fail), and the step it was last drawn at.
+- Rules, each ``keep_probability(record) -> float``:
+
+  - :class:`GresoRule`, GRESO's (arXiv 2506.02177): a prompt flat in its last ``k`` draws is kept with probability
+    ``p**k`` (so skipped with ``1 - p**k``); ``p`` per side (high/low) moves by ``step`` after every generation batch,
+    down when the batch's flat share exceeds ``target_flat``, up otherwise, within ``[p_min, 1]``.
+  - :class:`PosteriorRule`: the prompt's chance of a flat group from a Beta posterior over its discounted flat
+    history (prior: the run's flat share so far), kept with probability ``1 - P(flat)``, at least ``explore``.
+
+- :class:`SelectingSampler`: TRL's ``RepeatSampler`` structure (each chosen prompt ``G`` times, each generation batch
+  ``steps_per_generation x num_iterations`` times), with the prompts of each generation batch chosen by walking a
+  shuffled pass over the data and asking the rule. A prompt skipped ``max_skips`` times in a row is kept the next
+  time, so a prompt that has become informative is drawn again within ``max_skips + 1`` passes. The sampler yields
+  as many indices per epoch as TRL's (the trainer's step accounting holds); its passes over the data run on across
+  epochs. With ``task_generation_kwargs`` every generation batch stays task-homogeneous.
+
+Every decision depends only on the seed and on the history, which every process updates from gathered rewards in
+the same order, so every rank chooses the same prompts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from trl.trainer.utils import RepeatSampler
+
+# record fields: drawn, flat, streak, side (0 none, 1 low, 2 high), last_step, skips (consecutive), discounted flat,
+# discounted drawn
+DRAWN, FLAT, STREAK, SIDE, LAST, SKIPS, DFLAT, DDRAWN = range(8)
+SIDES = {None: 0, "low": 1, "high": 2}
+
+
+class PromptHistory:
+    """What each prompt's groups did when drawn (see the module docstring); plain lists, so it checkpoints as JSON."""
+
+    def __init__(self, discount: float = 0.7):
+        self.discount = float(discount)
+        self.records: dict[int, list[float]] = {}
+        self.flat_total = 0
+        self.drawn_total = 0
+
+    def record(self, prompt_id: int) -> list[float] | None:
+        return self.records.get(int(prompt_id))
+
+    def observe(self, prompt_id: int, flat: bool, side: str | None, step: int) -> None:
+        rec = self.records.setdefault(int(prompt_id), [0, 0, 0, 0, -1, 0, 0.0, 0.0])
+        rec[DRAWN] += 1
+        rec[FLAT] += int(flat)
+        rec[STREAK] = rec[STREAK] + 1 if flat else 0
+        rec[SIDE] = SIDES[side if flat else None]
+        rec[LAST] = int(step)
+        rec[DFLAT] = rec[DFLAT] * self.discount + float(flat)
+        rec[DDRAWN] = rec[DDRAWN] * self.discount + 1.0
+        self.flat_total += int(flat)
+        self.drawn_total += 1
+
+    def state_dict(self) -> dict:
+        return {"records": {str(k): v for k, v in self.records.items()}, "flat_total": self.flat_total,
+                "drawn_total": self.drawn_total, "discount": self.discount}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.records = {int(k): list(v) for k, v in state.get("records", {}).items()}
+        self.flat_total = int(state.get("flat_total", 0))
+        self.drawn_total = int(state.get("drawn_total", 0))
+        self.discount = float(state.get("discount", self.discount))
+
+
+class GresoRule:
+    """GRESO's rule: keep a prompt flat in its last ``k`` draws with probability ``p_side ** k``; ``p`` adapts.
+
+    >>> rule = GresoRule(p_start=0.5)
+    >>> rule.keep_probability([3, 2, 2, 2, 7, 0, 0.0, 0.0])  # flat twice in a row, on the high (all-pass) side
+    0.25
+    >>> rule.keep_probability(None)  # never drawn
+    1.0
+    """
+
+    name = "greso"
+
+    def __init__(self, target_flat: float = 0.25, p_start: float = 0.5, step: float = 0.01, p_min: float = 0.05):
+        self.target_flat, self.step, self.p_min = float(target_flat), float(step), float(p_min)
+        self.p = {1: float(p_start), 2: float(p_start)}
+
+    def keep_probability(self, rec: list[float] | None) -> float:
+        if rec is None or rec[STREAK] == 0:
+            return 1.0
+        return self.p[int(rec[SIDE]) or 1] ** int(rec[STREAK])
+
+    def after_batch(self, flat_share: float, history: PromptHistory) -> None:
+        delta = -self.step if flat_share > self.target_flat else self.step
+        for side in self.p:
+            self.p[side] = min(1.0, max(self.p_min, self.p[side] + delta))
+
+    def metrics(self) -> dict[str, float]:
+        return {"select/p_low": self.p[1], "select/p_high": self.p[2]}
+
+    def state_dict(self) -> dict:
+        return {"p": {str(k): v for k, v in self.p.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.p = {int(k): float(v) for k, v in state.get("p", {}).items()} or self.p
+
+
+class PosteriorRule:
+    """Keep with probability ``1 - P(flat)``, ``P(flat)`` the posterior mean of the prompt's discounted flat rate.
+
+    The prior is Beta with mean the run's flat share so far and weight ``prior_weight`` draws, so an unseen prompt is
+    kept with probability ``1 - flat share`` and a prompt's own draws take over as they accumulate; old draws count
+    ``discount`` times less per newer draw, so a prompt that turns informative is believed quickly.
+
+    >>> from rookgrpo.selection import PromptHistory
+    >>> history = PromptHistory(); rule = PosteriorRule(explore=0.05); rule.bind(history)
+    >>> rule.keep_probability(None)  # nothing known yet: keep
+    1.0
+    >>> history.observe(7, True, "low", 1); history.observe(7, True, "low", 2)
+    >>> round(rule.keep_probability(history.record(7)), 3)  # flat twice, prior mean 1.0 from this run so far
+    0.05
+    """
+
+    name = "posterior"
+
+    def __init__(self, prior_weight: float = 2.0, explore: float = 0.1):
+        self.prior_weight, self.explore = float(prior_weight), float(explore)
+        self.history: PromptHistory | None = None
+
+    def bind(self, history: PromptHistory) -> None:
+        self.history = history
+
+    def keep_probability(self, rec: list[float] | None) -> float:
+        h = self.history
+        prior = h.flat_total / h.drawn_total if h is not None and h.drawn_total else 0.0
+        flat = (rec[DFLAT] if rec else 0.0) + prior * self.prior_weight
+        drawn = (rec[DDRAWN] if rec else 0.0) + self.prior_weight
+        return max(self.explore, 1.0 - flat / drawn)
+
+    def after_batch(self, flat_share: float, history: PromptHistory) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+RULES = {"greso": GresoRule, "posterior": PosteriorRule}
+
+
+class SelectionState:
+    """Where the sampler is in its passes over the data, and what it decided since the metrics were last taken."""
+
+    def __init__(self, seed: int):
+        self.generator = torch.Generator()
+        self.generator.manual_seed(int(seed))
+        self.queues: dict[str, list[int]] = {}
+        self.passes: dict[str, int] = {}
+        self.skipped = 0
+        self.skipped_flat_when_last_seen = 0
+        self.kept = 0
+
+    def take_counts(self) -> tuple[int, int, int]:
+        counts = (self.skipped, self.skipped_flat_when_last_seen, self.kept)
+        self.skipped = self.skipped_flat_when_last_seen = self.kept = 0
+        return counts
+
+    def state_dict(self) -> dict:
+        return {"generator": self.generator.get_state().tolist(), "queues": self.queues, "passes": self.passes}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "generator" in state:
+            self.generator.set_state(torch.tensor(state["generator"], dtype=torch.uint8))
+        self.queues = {k: list(v) for k, v in state.get("queues", {}).items()}
+        self.passes = {k: int(v) for k, v in state.get("passes", {}).items()}
+
+
+class SelectingSampler(RepeatSampler):
+    """TRL's ``RepeatSampler`` with each generation batch's prompts chosen by a rule (see the module docstring).
+
+    ``tasks``: one task name per row for task-homogeneous generation batches (``None``: one pool).
+    """
+
+    def __init__(self, data_source, history: PromptHistory, rule, state: SelectionState, mini_repeat_count: int,
+                 batch_size: int = 1, repeat_count: int = 1, shuffle: bool = True, seed: int | None = None,
+                 tasks: Sequence[str] | None = None, max_skips: int = 4):
+        super().__init__(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)
+        self.history, self.rule, self.state, self.max_skips = history, rule, state, int(max_skips)
+        self.by_task: dict[str, list[int]] = {}
+        for i, task in enumerate(tasks if tasks is not None else [""] * self.num_samples):
+            self.by_task.setdefault(str(task), []).append(i)
+        self.n_chunks = {t: len(idx) // batch_size for t, idx in self.by_task.items()}
+        if not any(self.n_chunks.values()):
+            raise ValueError(f"prompt_selection: no task has {batch_size} prompts, one generation batch's worth.")
+
+    def __len__(self) -> int:
+        return sum(self.n_chunks.values()) * self.batch_size * self.mini_repeat_count * self.repeat_count
+
+    def _next_prompt(self, task: str) -> int:
+        queue = self.state.queues.get(task)
+        if not queue:
+            idx = self.by_task[task]
+            order = torch.randperm(len(idx), generator=self.state.generator).tolist() if self.shuffle else range(len(idx))
+            queue = self.state.queues[task] = [idx[i] for i in order]
+            self.state.passes[task] = self.state.passes.get(task, 0) + 1
+        return queue.pop(0)
+
+    def _choose(self, task: str) -> list[int]:
+        chosen: list[int] = []
+        budget = (self.max_skips + 2) * len(self.by_task[task])  # every prompt is kept within max_skips + 1 passes
+        while len(chosen) < self.batch_size and budget > 0:
+            budget -= 1
+            index = self._next_prompt(task)
+            if index in chosen:
+                continue
+            rec = self.history.record(index)
+            forced = rec is None or rec[SKIPS] >= self.max_skips  # never drawn: nothing to predict from
+            keep = forced or torch.rand((), generator=self.state.generator).item() < self.rule.keep_probability(rec)
+            if keep:
+                chosen.append(index)
+                self.state.kept += 1
+                if rec is not None:
+                    rec[SKIPS] = 0
+            else:
+                self.state.skipped += 1
+                self.state.skipped_flat_when_last_seen += int(rec is not None and rec[STREAK] > 0)
+                rec[SKIPS] += 1
+        return chosen
+
+    def __iter__(self):
+        plan = [t for t in sorted(self.by_task) for _ in range(self.n_chunks[t])]
+        if self.shuffle:
+            plan = [plan[i] for i in torch.randperm(len(plan), generator=self.state.generator).tolist()]
+        for task in plan:
+            chunk = self._choose(task)
+            for _ in range(self.repeat_count):
+                for index in chunk:
+                    for _ in range(self.mini_repeat_count):
+                        yield index
+
+
+def flat_side(value: float, batch_mean: float) -> str:
+    return "high" if value >= batch_mean - 1e-9 else "low"
+
+
+def finite_mean(values: torch.Tensor) -> float:
+    values = values[~torch.isnan(values)]
+    return values.mean().item() if values.numel() else math.nan

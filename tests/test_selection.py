@@ -1,0 +1,190 @@
+"""Prompt selection: the sampler's decisions, their bounds, the history they come from, and training with them.
+
+The reward ``mostly_flat`` makes the odd prompts' groups always flat (a constant) and the even ones graded, so a
+selector that works skips the odd prompts once it has seen them and keeps drawing the even ones.
+"""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, tiny_grpo_args
+from rookgrpo import RookGRPOTrainer, ZeroStdResampling
+from rookgrpo.callbacks.selection import PROMPT_ID_COLUMN, PromptSelection
+from rookgrpo.errors import ConfigError
+from rookgrpo.selection import SKIPS, STREAK, GresoRule, PosteriorRule, PromptHistory, SelectingSampler, SelectionState
+
+sys.path.insert(0, str(REPO / "tests" / "assets"))
+from flat_reward import mostly_flat  # noqa: E402
+
+
+@pytest.fixture()
+def flat_dataset(smoke_dataset):
+    return smoke_dataset.map(lambda row, i: {"signal": i % 2 == 0}, with_indices=True)
+
+
+def _history(trainer, key):
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+def _sampler(history, rule, n=16, batch_size=4, seed=0, max_skips=2, tasks=None):
+    return SelectingSampler(list(range(n)), history, rule, SelectionState(seed), mini_repeat_count=2,
+                            batch_size=batch_size, repeat_count=1, seed=seed, tasks=tasks, max_skips=max_skips)
+
+
+def _chunks(sampler):
+    indices = list(sampler)
+    assert len(indices) == len(sampler)  # the trainer's step accounting holds, skips or not
+    flat = indices[::2]
+    return [flat[i:i + sampler.batch_size] for i in range(0, len(flat), sampler.batch_size)]
+
+
+def test_unseen_prompts_are_drawn_like_trls_sampler_and_flat_ones_are_skipped():
+    history, rule = PromptHistory(), GresoRule(p_start=0.05)
+    sampler = _sampler(history, rule)
+    first = _chunks(sampler)
+    assert sorted(i for c in first for i in c) == list(range(16))  # nothing known: every prompt once, in G pairs
+    assert sampler.state.take_counts() == (0, 0, 16)
+    for i in range(16):
+        history.observe(i, flat=i % 2 == 1, side="low", step=1)
+    second = _chunks(sampler)  # odd prompts flat once: each kept with probability 0.05
+    drawn = [i for c in second for i in c]
+    assert sum(i % 2 == 1 for i in drawn) <= 2 and sum(i % 2 == 0 for i in drawn) >= 8
+    skipped, skipped_flat, kept = sampler.state.take_counts()
+    assert skipped > 0 and skipped_flat == skipped and kept == len(drawn)
+
+
+def test_a_prompt_that_turns_informative_is_drawn_again_within_max_skips_plus_one_passes():
+    history, rule = PromptHistory(), GresoRule(p_start=0.05, p_min=0.05)
+    sampler = _sampler(history, rule, n=8, batch_size=2, max_skips=2)
+    for i in range(8):
+        for _ in range(6):
+            history.observe(i, flat=i != 0, side="low", step=1)  # prompt 0 informative, the others long flat
+    passes_until_drawn = {}
+    for epoch in range(3):
+        for i in sampler:  # lazily: the pass is read when the prompt's generation batch is handed out
+            passes_until_drawn.setdefault(i, sampler.state.passes.get("", 0))
+    assert set(passes_until_drawn) == set(range(8))  # everyone comes back
+    # Chosen within max_skips + 1 passes however flat its past; its generation batch may fill up in the next pass.
+    assert max(passes_until_drawn.values()) <= 2 + 1 + 1
+    # Once drawn and informative, its streak is 0: always kept from then on.
+    history.observe(5, flat=False, side=None, step=9)
+    assert history.record(5)[STREAK] == 0 and rule.keep_probability(history.record(5)) == 1.0
+
+
+def test_decisions_depend_only_on_seed_and_history():
+    def run(seed):
+        history = PromptHistory()
+        for i in range(16):
+            history.observe(i, flat=i % 3 == 0, side="high", step=1)
+        return _chunks(_sampler(history, GresoRule(p_start=0.5), seed=seed))
+
+    assert run(3) == run(3) and run(3) != run(4)
+
+
+def test_task_homogeneous_batches_stay_homogeneous():
+    tasks = ["P"] * 8 + ["A"] * 8
+    history = PromptHistory()
+    for i in range(16):
+        history.observe(i, flat=i % 2 == 0, side="low", step=1)
+    sampler = _sampler(history, PosteriorRule(explore=0.2), tasks=tasks)
+    for chunk in _chunks(sampler) + _chunks(sampler):
+        assert len({tasks[i] for i in chunk}) == 1
+
+
+def test_greso_p_follows_the_flat_share_target():
+    rule, history = GresoRule(target_flat=0.25, p_start=0.5, step=0.1, p_min=0.1), PromptHistory()
+    for _ in range(3):
+        rule.after_batch(0.6, history)  # too many flat groups: skip more
+    assert rule.p[1] == pytest.approx(0.2)
+    for _ in range(20):
+        rule.after_batch(0.0, history)
+    assert rule.p[1] == 1.0
+
+
+def test_training_with_selection_skips_the_flat_prompts_and_logs_it(tiny_model_dir, flat_dataset, tmp_path):
+    selection = PromptSelection(rule="greso", p_start=0.05, target_flat=0.0)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=mostly_flat,
+                              args=tiny_grpo_args(tmp_path, max_steps=12, per_device_train_batch_size=16),
+                              train_dataset=flat_dataset, callbacks=[selection, ZeroStdResampling(max_rounds=1)])
+    assert PROMPT_ID_COLUMN in trainer.train_dataset.column_names
+    assert trainer._batch_hooks[0] is selection  # it judges the batch as generated, before resampling
+    trainer.train()
+    flat = _history(trainer, "select/flat_share")
+    assert len(flat) == 12
+    assert sum(flat[:8]) / 8 == pytest.approx(0.5, abs=0.2)  # the first pass (32 prompts, 4 a batch): half flat
+    assert sum(flat[-4:]) / 4 < 0.25  # once seen, flat prompts are mostly skipped
+    assert sum(_history(trainer, "select/skipped")) > 0
+    assert all(p == 1.0 for p in _history(trainer, "select/predicted_flat_precision"))  # GRESO skips only those
+    history = selection.history
+    assert all(history.record(i)[STREAK] == history.record(i)[1] for i in range(1, 32, 2) if history.record(i))
+
+
+def test_resume_restores_history_rule_and_sampler_position(tiny_model_dir, flat_dataset, tmp_path):
+    def trainer_for(out, max_steps):
+        args = tiny_grpo_args(out, max_steps=max_steps, per_device_train_batch_size=16, save_strategy="steps",
+                              save_steps=3)
+        return RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=mostly_flat, args=args,
+                               train_dataset=flat_dataset, callbacks=[PromptSelection(p_start=0.3)])
+
+    first = trainer_for(tmp_path / "a", 3)
+    first.train()
+    saved = json.loads((tmp_path / "a" / "checkpoint-3" / "rookgrpo_callbacks.json").read_text())["prompt_selection"]
+    assert saved["history"]["records"] and saved["sampler"]["generator"]
+    resumed = trainer_for(tmp_path / "a", 5)
+    selection = next(cb for cb in resumed.callback_handler.callbacks if isinstance(cb, PromptSelection))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-3"))
+    assert resumed.args.ignore_data_skip  # the restored position is not replayed
+    drawn = {int(k): v[0] for k, v in saved["history"]["records"].items()}
+    for k, count in drawn.items():  # the restored counts only grow
+        assert selection.history.record(k)[0] >= count
+    assert selection.history.drawn_total > sum(drawn.values())
+
+
+def test_bad_settings_fail_before_training(tiny_model_dir, smoke_dataset, tmp_path):
+    with pytest.raises(ConfigError, match="rule 'best' is not one of"):
+        PromptSelection(rule="best")
+    with pytest.raises(ConfigError, match="prompt_selection: .*unexpected keyword"):
+        PromptSelection(rule="greso", explore=0.1)
+
+
+def test_without_selection_the_sampler_is_trls(tiny_model_dir, smoke_dataset, tmp_path):
+    from trl.trainer.utils import RepeatSampler
+
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=tiny_grpo_args(tmp_path),
+                              train_dataset=smoke_dataset)
+    sampler = trainer._get_train_sampler()
+    assert type(sampler) is RepeatSampler and PROMPT_ID_COLUMN not in trainer.train_dataset.column_names
+    again = RepeatSampler(smoke_dataset, 4, 2, 1, True, 7)
+    assert list(sampler) == list(again)
+
+
+@pytest.mark.slow
+def test_two_processes_choose_the_same_prompts(tmp_path):
+    from conftest import read_json, run_cli, venv_bin, write_recipe
+    from rookgrpo.data import load_recipe_dataset
+
+    data = tmp_path / "flat.jsonl"
+    rows = load_recipe_dataset("rookgrpo/smoke-prompts").select(range(32))
+    data.write_text("".join(json.dumps({"prompt": r["prompt"], "signal": i % 2 == 0}) + "\n" for i, r in enumerate(rows)))
+    recipe = write_recipe(
+        tmp_path / "r.yaml", max_steps=12, dataset_name=str(data), beta=0.0,
+        reward_funcs=[str(REPO / "tests/assets/flat_reward.py") + ":mostly_flat"],
+        callbacks=[{"name": "prompt_selection", "p_start": 0.2}, "selection_probe:SelectionProbe"],
+    )
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    proc = run_cli([venv_bin("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "-m", "rookgrpo",
+                    str(recipe), "--use_cpu", "true"],
+                   env={"ROOKGRPO_TEST_PROBE_DIR": str(probe), "PYTHONPATH": str(REPO / "tests" / "assets")},
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [[json.loads(line) for line in (probe / f"rank-{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == 12
+    for a, b in zip(*ranks):
+        assert a["history"] == b["history"] and a["skipped"] == b["skipped"]  # same decisions, same history
+        assert not set(a["local_ids"]) & set(b["local_ids"])  # each rank its own groups of the chosen prompts
+    assert sum(a["skipped"] for a in ranks[0]) > 0
+    assert read_json(tmp_path / "out" / "trainer_state.json")["global_step"] == 12
