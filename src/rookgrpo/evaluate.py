@@ -47,17 +47,33 @@ def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens
         torch.manual_seed(seed)  # greedy decoding leaves the caller's global RNG alone
     else:
         sampling = {"do_sample": False}
-    out: list[str] = []
     bar = tqdm(total=len(prompts), desc="generating", disable=not progress, unit="prompt")
-    for start in range(0, len(prompts), batch_size):
-        batch = list(prompts[start: start + batch_size])
-        enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False)
-        with torch.inference_mode():
-            ids = model.generate(**enc, max_new_tokens=max_new_tokens, **sampling,
-                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        bar.update(len(batch))
+    out = complete(model, tokenizer, prompts, max_new_tokens, batch_size, on_batch=bar.update, **sampling)
     bar.close()
+    return out
+
+
+def complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 32, on_batch=None,
+             **sampling) -> list[str]:
+    """Completions of ``prompts`` by a loaded ``model`` (left-padded batches, stop at EOS; greedy unless ``sampling``
+    says otherwise). Uses the model as it is (train or eval mode): callers choose."""
+    import torch
+
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    out: list[str] = []
+    try:
+        for start in range(0, len(prompts), batch_size):
+            batch = list(prompts[start: start + batch_size])
+            enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+            with torch.inference_mode():
+                ids = model.generate(**enc, max_new_tokens=max_new_tokens, **({"do_sample": False} | sampling),
+                                     pad_token_id=pad, eos_token_id=tokenizer.eos_token_id)
+            out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            if on_batch is not None:
+                on_batch(len(batch))
+    finally:
+        tokenizer.padding_side = side
     return out
 
 

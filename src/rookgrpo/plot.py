@@ -16,6 +16,9 @@ from .errors import ConfigError
 # (panel title, metric keys or key prefix) in display order; panels with no logged data are skipped.
 PANELS = [
     ("reward", ["reward"], "rewards/"),
+    ("held-out chess (chess_eval, greedy)", ["heldout/best_move_accuracy", "heldout/top5_accuracy",
+                                             "heldout/legal_move_rate", "heldout/env_exact_accuracy",
+                                             "heldout/top_move_share"], None),
     ("KL", ["kl"], None),
     ("beta", ["beta"], None),
     ("zero-std group share", ["frac_reward_zero_std", "resample/frac_zero_std_after"], None),

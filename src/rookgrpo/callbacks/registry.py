@@ -104,5 +104,5 @@ def _lookup(name: str) -> type[TrainerCallback]:
 
 def _load_builtin_callbacks() -> None:
     """Import the built-in callback modules; each registers itself on import."""
-    for module in ("adaptive_beta", "zero_std", "diagnostics"):
+    for module in ("adaptive_beta", "zero_std", "diagnostics", "selection", "chess_eval"):
         importlib.import_module(f"rookgrpo.callbacks.{module}")

@@ -1,0 +1,106 @@
+"""``chess_eval``: held-out chess next to the training reward, every ``every`` steps, greedy.
+
+A rising reward says the policy found more of what the rewards pay; only held-out positions say whether that is
+chess. Every ``every`` optimizer steps (and once before the first), the policy completes a fixed held-out subset
+greedily and the completions are scored by the evaluation code of ``rookgrpo evaluate`` (same rewards, same engine
+settings as training). Logged in the same log entry as that step's training metrics (the one before training as its
+own entry at step 0), under ``heldout/``:
+
+- ``P:`` rows: ``best_move_accuracy``, ``top5_accuracy``, ``legal_move_rate``, ``format_rate``, ``top_move_share``
+  (the most frequent B: move's share: a policy collapsing onto one move shows there first);
+- ``A:`` rows: ``env_exact_accuracy``.
+
+Greedy decoding draws no random numbers and the engine clears its hash before every search, so turning the callback
+on does not change the training run, only its time (``timing/heldout``: seconds per evaluation).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import ConfigError
+from .base import RookCallback
+from .registry import register_callback
+
+LOGGED = ("best_move_accuracy", "top5_accuracy", "legal_move_rate", "format_rate", "top_move_share",
+          "env_exact_accuracy")
+
+
+@register_callback("chess_eval")
+class ChessEval(RookCallback):
+    """Evaluate held-out RookWorld positions every ``every`` steps (see the module docstring).
+
+    Args:
+        data: RookWorld lines (a packaged name, file or hub id); the first ``n_policy`` ``P:`` and ``n_env`` ``A:``
+            rows are the fixed subset.
+        every: steps between evaluations; a multiple of ``logging_steps`` so each lands in a logged step.
+        max_new_tokens: default: 1.25 x the longest reference completion's tokens, plus 4.
+    """
+
+    state_key = "chess_eval"
+
+    def __init__(self, data: str = "rookgrpo/tiny-rookworld-eval", n_policy: int = 64, n_env: int = 32,
+                 every: int = 20, batch_size: int = 64, max_new_tokens: int | None = None):
+        if int(every) < 1:
+            raise ConfigError(f"chess_eval: every must be >= 1, got {every}.")
+        self.data, self.n_policy, self.n_env = data, int(n_policy), int(n_env)
+        self.every, self.batch_size, self.max_new_tokens = int(every), int(batch_size), max_new_tokens
+        self.rows: list[dict] = []
+
+    def bind(self, trainer) -> None:
+        import dataclasses
+
+        from ..chess.data import load_rookworld
+        from ..chess.engine import EngineSettings
+
+        super().bind(trainer)
+        if self.every % max(int(trainer.args.logging_steps), 1):
+            raise ConfigError(f"chess_eval: every ({self.every}) must be a multiple of logging_steps "
+                              f"({trainer.args.logging_steps}), so each evaluation lands in a logged step.")
+        rows = load_rookworld(self.data)
+        policy = [r for r in rows if r["task"] == "P"][: self.n_policy]
+        env = [r for r in rows if r["task"] == "A"][: self.n_env]
+        if not policy and not env:
+            raise ConfigError(f"chess_eval: {self.data!r} has no P: or A: rows.")
+        self.rows = policy + env
+        tok = trainer.processing_class
+        if self.max_new_tokens is None:
+            longest = max(len(tok(r["completion"], add_special_tokens=False)["input_ids"]) for r in self.rows)
+            self.max_new_tokens = int(longest * 1.25) + 4
+        args = trainer.args
+        self.settings = dataclasses.replace(EngineSettings(), **{
+            key: getattr(args, f"stockfish_{key}") for key in ("path", "depth", "nodes", "workers")
+            if getattr(args, f"stockfish_{key}", None) is not None})
+
+    def evaluate(self) -> dict[str, float]:
+        from ..evaluate import complete, score
+
+        trainer = self.trainer
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        model.eval()
+        try:
+            completions = complete(model, trainer.processing_class, [r["prompt"] for r in self.rows],
+                                   self.max_new_tokens, self.batch_size)
+        finally:
+            model.train(was_training)
+        metrics = score([r["prompt"] for r in self.rows], completions, [r["task"] for r in self.rows], self.settings)
+        return {f"heldout/{k}": float(metrics[k]) for k in LOGGED if k in metrics}
+
+    def _timed(self) -> dict[str, float]:
+        start = time.perf_counter()
+        values = self.evaluate()
+        values["timing/heldout"] = time.perf_counter() - start
+        return values
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            values = self._timed()
+            if self.trainer.accelerator.is_main_process:
+                state.log_history.append({"step": 0, **values})
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every == 0:
+            metrics = self.trainer._metrics["train"]
+            for key, value in self._timed().items():
+                metrics[key].append(value)
