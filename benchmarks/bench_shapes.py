@@ -24,7 +24,6 @@ Qwen2.5-Coder-0.5B's real config (meta device).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys

@@ -101,6 +101,26 @@ def run_cli(args: list[str], cwd: Path = REPO, env: dict | None = None, timeout:
     return subprocess.run(args, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
+def write_flat_data(path: Path, n: int) -> Path:
+    """``n`` smoke prompts as JSONL with a ``signal`` column (even rows), the data of ``tests/assets/flat_reward.py``."""
+    from rookgrpo.data import load_recipe_dataset
+
+    rows = load_recipe_dataset("rookgrpo/smoke-prompts").select(range(n))
+    path.write_text("".join(json.dumps({"prompt": r["prompt"], "signal": i % 2 == 0}) + "\n" for i, r in enumerate(rows)))
+    return path
+
+
+def launch_two_cpu_processes(recipe: Path, probe_dir: Path) -> list[list[dict]]:
+    """Train ``recipe`` on two CPU ranks (gloo); returns what each rank's probe callback wrote (``rank-R.jsonl``)."""
+    probe_dir.mkdir(exist_ok=True)
+    proc = run_cli([venv_bin("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "-m", "rookgrpo",
+                    str(recipe), "--use_cpu", "true"],
+                   env={"ROOKGRPO_TEST_PROBE_DIR": str(probe_dir), "PYTHONPATH": str(REPO / "tests" / "assets")},
+                   timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return [[json.loads(line) for line in (probe_dir / f"rank-{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+
+
 def venv_bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 

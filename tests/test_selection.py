@@ -8,13 +8,12 @@ import json
 import sys
 
 import pytest
-import torch
 
 from conftest import REPO, tiny_grpo_args
 from rookgrpo import RookGRPOTrainer, ZeroStdResampling
 from rookgrpo.callbacks.selection import PROMPT_ID_COLUMN, PromptSelection
 from rookgrpo.errors import ConfigError
-from rookgrpo.selection import SKIPS, STREAK, GresoRule, PosteriorRule, PromptHistory, SelectingSampler, SelectionState
+from rookgrpo.selection import STREAK, GresoRule, PosteriorRule, PromptHistory, SelectingSampler, SelectionState
 
 sys.path.insert(0, str(REPO / "tests" / "assets"))
 from flat_reward import mostly_flat  # noqa: E402
@@ -163,25 +162,15 @@ def test_without_selection_the_sampler_is_trls(tiny_model_dir, smoke_dataset, tm
 
 @pytest.mark.slow
 def test_two_processes_choose_the_same_prompts(tmp_path):
-    from conftest import read_json, run_cli, venv_bin, write_recipe
-    from rookgrpo.data import load_recipe_dataset
+    from conftest import launch_two_cpu_processes, read_json, write_flat_data, write_recipe
 
-    data = tmp_path / "flat.jsonl"
-    rows = load_recipe_dataset("rookgrpo/smoke-prompts").select(range(32))
-    data.write_text("".join(json.dumps({"prompt": r["prompt"], "signal": i % 2 == 0}) + "\n" for i, r in enumerate(rows)))
+    data = write_flat_data(tmp_path / "flat.jsonl", 32)
     recipe = write_recipe(
         tmp_path / "r.yaml", max_steps=12, dataset_name=str(data), beta=0.0,
         reward_funcs=[str(REPO / "tests/assets/flat_reward.py") + ":mostly_flat"],
         callbacks=[{"name": "prompt_selection", "p_start": 0.2}, "selection_probe:SelectionProbe"],
     )
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    proc = run_cli([venv_bin("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "-m", "rookgrpo",
-                    str(recipe), "--use_cpu", "true"],
-                   env={"ROOKGRPO_TEST_PROBE_DIR": str(probe), "PYTHONPATH": str(REPO / "tests" / "assets")},
-                   timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    ranks = [[json.loads(line) for line in (probe / f"rank-{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    ranks = launch_two_cpu_processes(recipe, tmp_path / "probe")
     assert len(ranks[0]) == len(ranks[1]) == 12
     for a, b in zip(*ranks):
         assert a["history"] == b["history"] and a["skipped"] == b["skipped"]  # same decisions, same history

@@ -1,13 +1,13 @@
 """ZeroStdResampling: zero-std groups leave the optimised batch, ranks agree, vanilla numbers when off."""
 
-import json
 import sys
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from conftest import REPO, losses_and_rewards, read_json, run_cli, tiny_grpo_args, vanilla_args, venv_bin, write_recipe
+from conftest import (REPO, launch_two_cpu_processes, losses_and_rewards, read_json, tiny_grpo_args, vanilla_args,
+                      write_flat_data, write_recipe)
 from rookgrpo import ConfigError, RookGRPOTrainer
 from rookgrpo.batch import batch_advantages, loss_mask, take_rows, zero_std_groups
 from rookgrpo.callbacks import Diagnostics, ZeroStdResampling
@@ -166,25 +166,13 @@ def test_groups_spanning_processes_are_rejected():
 
 @pytest.mark.slow
 def test_two_process_resampling_ranks_agree(tmp_path):
-    data = tmp_path / "flat.jsonl"
-    from rookgrpo.data import load_recipe_dataset
-
-    rows = load_recipe_dataset("rookgrpo/smoke-prompts").select(range(64))
-    data.write_text("".join(json.dumps({"prompt": r["prompt"], "signal": i % 2 == 0}) + "\n" for i, r in enumerate(rows)))
+    data = write_flat_data(tmp_path / "flat.jsonl", 64)
     recipe = write_recipe(
         tmp_path / "r.yaml", max_steps=4, dataset_name=str(data), beta=0.0,
         reward_funcs=[str(REPO / "tests/assets/flat_reward.py") + ":mostly_flat"],
         callbacks=[{"name": "zero_std_resampling", "max_rounds": 8}, "resample_probe:ResampleProbe"],
     )
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    proc = run_cli(
-        [venv_bin("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "-m", "rookgrpo", str(recipe),
-         "--use_cpu", "true"],
-        env={"ROOKGRPO_TEST_PROBE_DIR": str(probe), "PYTHONPATH": str(REPO / "tests" / "assets")}, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    ranks = [[json.loads(line) for line in (probe / f"rank-{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
+    ranks = launch_two_cpu_processes(recipe, tmp_path / "probe")
     assert len(ranks[0]) == len(ranks[1]) == 4
     assert [x["resample/rounds"] for x in ranks[0]] == [x["resample/rounds"] for x in ranks[1]]
     assert all(x["zero_groups_local"] == 0 and x["local_rows"] == 8 for rank in ranks for x in rank)

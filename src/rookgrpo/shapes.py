@@ -77,18 +77,12 @@ def build_rookworld_lm_shape(out_dir: str | os.PathLike, texts: Sequence[str], s
 
     ``sizes`` override :data:`GPT2_124M` (e.g. ``n_layer=2`` for a quick test of the tokenizer rules).
     """
-    import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     shape = {**GPT2_124M, **sizes}
     tok = gpt2_bpe_tokenizer(texts, shape["vocab_size"])
     config = GPT2Config(**shape, bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id)
-    torch.manual_seed(seed)
-    model = GPT2LMHeadModel(config)
-    out = Path(out_dir)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return _save_random(GPT2LMHeadModel, config, tok, out_dir, seed)
 
 
 def qwen2_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 4096):
@@ -117,7 +111,6 @@ def build_qwen2_shape(out_dir: str | os.PathLike, texts: Sequence[str], seed: in
                       num_hidden_layers: int = 2, num_attention_heads: int = 4, num_key_value_heads: int = 2,
                       intermediate_size: int = 128, vocab_size: int = 4096) -> Path:
     """Save a randomly initialised ``Qwen2ForCausalLM`` with a ChatML tokenizer to ``out_dir`` (small by default)."""
-    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     tok = qwen2_bpe_tokenizer(texts, vocab_size)
@@ -127,11 +120,17 @@ def build_qwen2_shape(out_dir: str | os.PathLike, texts: Sequence[str], seed: in
                          bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
                          eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
                          pad_token_id=tok.pad_token_id)
+    return _save_random(Qwen2ForCausalLM, config, tok, out_dir, seed)
+
+
+def _save_random(model_class, config, tokenizer, out_dir: str | os.PathLike, seed: int) -> Path:
+    """A randomly initialised ``model_class(config)`` (seeded) and ``tokenizer``, saved together to ``out_dir``."""
+    import torch
+
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config)
     out = Path(out_dir)
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
+    model_class(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
     return out
 
 
