@@ -1,0 +1,176 @@
+"""Prompt selection on real training runs: completions per signal-bearing group and held-out quality, per arm.
+
+The packaged chess model (``rookgrpo/tiny-rookworld``) trains on ``--n-prompts`` of its P: positions (few, so the budget
+passes over them several times: selection needs a history) with a sparse binary reward: 1 when the B: move is in the
+engine's top 5, else 0 (``chess_move_rank > 0``). Many positions are too hard for it, so their
+groups are all-fail (flat) again and again: the regime prompt selection is for. Every arm runs until it has generated
+the same number of completions (``--budget``); arms:
+
+- ``vanilla``: TRL as it is (flat groups are trained on, with zero advantage);
+- ``resampling``: ``zero_std_resampling`` (max 2 extra rounds);
+- ``greso+resampling``: ``prompt_selection`` with GRESO's rule, then resampling for what still comes out flat;
+- ``posterior+resampling``: ``prompt_selection`` with the posterior rule, then resampling.
+
+Per arm, mean ± standard error over seeds: completions generated per signal-bearing group trained on (the groups
+of the optimised batches with reward spread; lower is better), generate calls and wall seconds per signal group,
+optimizer steps taken within the budget, and held-out top-5 accuracy (greedy, the 202 held-out P: positions) after
+the run. A verl-faithful DAPO arm (generation batches of 3x new prompts, excess dropped) is not in this benchmark:
+it needs a generation batch larger than the trained batch, which TRL's buffer does not take; its cost on a fixed
+model is in ``bench_resampling.py``.
+
+    python benchmarks/bench_selection.py [--seeds 3] [--budget 1600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+
+from common import finish  # benchmarks/common.py
+
+ARMS = {
+    "vanilla": [],
+    "resampling": [{"name": "zero_std_resampling", "max_rounds": 2}],
+    "greso+resampling": [{"name": "prompt_selection", "rule": "greso", "target_flat": 0.25},
+                         {"name": "zero_std_resampling", "max_rounds": 2}],
+    "posterior+resampling": [{"name": "prompt_selection", "rule": "posterior"},
+                             {"name": "zero_std_resampling", "max_rounds": 2}],
+}
+
+
+class Top5Binary:
+    """1.0 when the B: move is in the engine's top 5 (``chess_move_rank > 0``), else 0.0; None on A: rows."""
+
+    __name__ = "top5_binary"
+
+    def __init__(self, inner=None):
+        from rookgrpo.rewards.chess import ChessMoveRank
+
+        self.inner = inner or ChessMoveRank()
+
+    def setup(self, args):
+        return Top5Binary(self.inner.setup(args))
+
+    def __call__(self, prompts, completions, **kwargs):
+        return [None if r is None else float(r > 0) for r in self.inner(prompts, completions, **kwargs)]
+
+
+def run(arm: str, seed: int, budget: int, out: str, n_prompts: int) -> dict:
+    from transformers import TrainerCallback
+
+    from bench_resampling import Counter
+    from rookgrpo import RookGRPOConfig, RookGRPOTrainer
+    from rookgrpo.callbacks import RookCallback
+    from rookgrpo.callbacks.zero_std import no_signal_groups
+    from rookgrpo.chess.data import load_rookworld
+
+    data = load_rookworld("rookgrpo/tiny-rookworld-train", tasks=["P"])
+    data = data.select(range(min(n_prompts, len(data))))
+    args = RookGRPOConfig(output_dir=out, seed=seed, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+                          learning_rate=5e-5, lr_scheduler_type="constant", beta=0.0, num_generations=8,
+                          per_device_train_batch_size=32, max_completion_length=96, temperature=0.8,
+                          loss_type="dapo", max_steps=10_000, logging_steps=5, disable_tqdm=True,
+                          disable_dropout=True, stockfish_depth=8)
+    signal = {"groups": 0}
+
+    class SignalCount(RookCallback):  # an observer: runs after resampling, on the batch that is optimised
+        state_key = "signal_count"
+
+        def on_scored_batch(self, trainer, scored):
+            if trainer.model.training:
+                flat = no_signal_groups(trainer, scored.output, scored.rewards_per_func)
+                signal["groups"] += int((~flat).sum())
+
+    class Budget(TrainerCallback):
+        def on_step_end(self, a, state, control, **kwargs):
+            if counter.completions >= budget:
+                control.should_training_stop = True
+
+    trainer = RookGRPOTrainer(model="rookgrpo/tiny-rookworld", reward_funcs=[Top5Binary()], args=args,
+                              train_dataset=data, callbacks=[*ARMS[arm], SignalCount()])
+    counter = Counter(trainer)
+    trainer.add_callback(Budget())
+    start = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - start
+    trainer.save_model(out)
+    return {"arm": arm, "seed": seed, "steps": trainer.state.global_step, "completions": counter.completions,
+            "generate_calls": counter.calls, "signal_groups": signal["groups"], "seconds": seconds,
+            "model": out}
+
+
+def _mean_se(values: list[float]) -> str:
+    mean = statistics.mean(values)
+    se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
+    return f"{mean:.3g} ± {se:.2g}"
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--budget", type=int, default=1600)
+    ap.add_argument("--n-prompts", type=int, default=48,
+                    help="training positions: few enough that the budget passes over them several times, as it must "
+                         "for a history to exist")
+    ap.add_argument("--eval_depth", type=int, default=8)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+
+    from rookgrpo.chess.engine import EngineSettings
+    from rookgrpo.evaluate import evaluate
+
+    settings = EngineSettings(depth=args.eval_depth)
+    held_out = "rookgrpo/tiny-rookworld-eval"
+    base = evaluate("rookgrpo/tiny-rookworld", held_out, settings=settings, progress=False)
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(1, args.seeds + 1):
+            for arm in ARMS:  # interleaved, so machine load drifts over all arms alike
+                r = run(arm, seed, args.budget, f"{tmp}/{arm}-{seed}", args.n_prompts)
+                m = evaluate(r.pop("model"), held_out, settings=settings, progress=False)
+                r.update(top5=m["top5_accuracy"], best=m["best_move_accuracy"], legal=m["legal_move_rate"])
+                runs.append(r)
+                print(r, flush=True)
+    lines = ["| arm | completions per signal group | generate calls per signal group | seconds per signal group | "
+             "steps in budget | held-out top-5 accuracy | held-out legal-move rate |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    per_arm = {}
+    for arm in ARMS:
+        rs = [r for r in runs if r["arm"] == arm]
+        per = {k: [r[k] / max(r["signal_groups"], 1) for r in rs] for k in ("completions", "generate_calls", "seconds")}
+        per_arm[arm] = per
+        lines.append(f"| {arm} | {_mean_se(per['completions'])} | {_mean_se(per['generate_calls'])} | "
+                     f"{_mean_se(per['seconds'])} | {_mean_se([r['steps'] for r in rs])} | "
+                     f"{_mean_se([r['top5'] for r in rs])} | {_mean_se([r['legal'] for r in rs])} |")
+    ratios = []
+    for arm in ("greso+resampling", "posterior+resampling"):
+        paired = [a / b for a, b in zip(per_arm["resampling"]["completions"], per_arm[arm]["completions"])]
+        ratios.append(f"resampling / {arm}: {_mean_se(paired)}")
+    paired = [a / b for a, b in zip(per_arm["greso+resampling"]["completions"],
+                                    per_arm["posterior+resampling"]["completions"])]
+    ratios.append(f"greso / posterior: {_mean_se(paired)}")
+    lines += ["", f"Start (packaged model): held-out top-5 accuracy {base['top5_accuracy']:.3f} ± "
+              f"{base['top5_accuracy_se']:.3f}, legal-move rate {base['legal_move_rate']:.3f}. Completions per signal "
+              "group, paired by seed (higher: the second arm spends fewer): " + "; ".join(ratios) + "."]
+    result = {
+        "title": f"Prompt selection on real training runs: completions per signal group ({args.seeds} seeds, "
+                 f"{args.budget} completions each)",
+        "description": (f"tiny-rookworld on {args.n_prompts} of its P: positions with a binary reward (B: in the "
+                        "engine's top 5), "
+                        f"batches of 4 prompts x 8 completions, each arm stopped after {args.budget} generated "
+                        "completions; mean ± standard error over seeds. Held-out: greedy on the 202 held-out P: "
+                        f"positions, Stockfish depth {args.eval_depth}. No DAPO arm (see the script)."),
+        "runs": runs, "start": {k: base[k] for k in ("top5_accuracy", "legal_move_rate", "best_move_accuracy")},
+        "table": "\n".join(lines),
+        "command": f"python benchmarks/bench_selection.py --seeds {args.seeds} --budget {args.budget} "
+                   f"--n-prompts {args.n_prompts}",
+    }
+    return finish(result, args.out)
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
