@@ -30,6 +30,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("resampling_cost", "bench_resampling", []),
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
     ("judge", "bench_judge", ["--seeds", "5"]),
+    ("selection", "bench_selection", ["--seeds", "3"]),
     ("shapes", "bench_shapes", []),
 ]
 

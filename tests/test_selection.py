@@ -149,6 +149,13 @@ def test_bad_settings_fail_before_training(tiny_model_dir, smoke_dataset, tmp_pa
         PromptSelection(rule="greso", explore=0.1)
 
 
+def test_streaming_data_is_refused_with_the_reason(tiny_model_dir, smoke_dataset, tmp_path):
+    stream = smoke_dataset.to_iterable_dataset()
+    with pytest.raises(ConfigError, match="prompt_selection: needs a map-style train_dataset"):
+        RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=tiny_grpo_args(tmp_path),
+                        train_dataset=stream, callbacks=[PromptSelection()])
+
+
 def test_without_selection_the_sampler_is_trls(tiny_model_dir, smoke_dataset, tmp_path):
     from trl.trainer.utils import RepeatSampler
 
