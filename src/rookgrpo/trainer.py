@@ -255,7 +255,7 @@ def _with_prompt_ids(dataset: Any) -> Any:
     """The training data with a column numbering its rows, for callbacks that keep a history per prompt."""
     from .callbacks.selection import PROMPT_ID_COLUMN
 
-    if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "add_column"):
+    if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset, "add_column"):
         return dataset  # streaming or a plain list: the callback's bind says what it needs
     if PROMPT_ID_COLUMN in dataset.column_names:
         dataset = dataset.remove_columns(PROMPT_ID_COLUMN)

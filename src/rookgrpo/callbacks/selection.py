@@ -60,7 +60,7 @@ class PromptSelection(RookCallback):
     def bind(self, trainer) -> None:
         super().bind(trainer)
         data = trainer.train_dataset
-        if not hasattr(data, "__getitem__") or PROMPT_ID_COLUMN not in (getattr(data, "column_names", None) or ()):
+        if not hasattr(data, "__len__") or PROMPT_ID_COLUMN not in (getattr(data, "column_names", None) or ()):
             raise ConfigError("prompt_selection: needs a map-style train_dataset (an indexed Dataset, not streaming), "
                               "to keep a history per prompt.")
         self.state = SelectionState(trainer.args.seed)
