@@ -97,7 +97,10 @@ def run(arm: str, seed: int, budget: int, out: str, n_prompts: int) -> dict:
     trainer.train()
     seconds = time.perf_counter() - start
     trainer.save_model(out)
+    last = [h for h in trainer.state.log_history if "select/flat_after_flat" in h]
+    persistence = {k: last[-1].get(f"select/flat_after_{k}") for k in ("flat", "signal")} if last else None
     return {"arm": arm, "seed": seed, "steps": trainer.state.global_step, "completions": counter.completions,
+            "flat_after": persistence,
             "generate_calls": counter.calls, "signal_groups": signal["groups"], "seconds": seconds,
             "model": out}
 
@@ -145,6 +148,7 @@ def main(argv=None) -> dict:
         lines.append(f"| {arm} | {_mean_se(per['completions'])} | {_mean_se(per['generate_calls'])} | "
                      f"{_mean_se(per['seconds'])} | {_mean_se([r['steps'] for r in rs])} | "
                      f"{_mean_se([r['top5'] for r in rs])} | {_mean_se([r['legal'] for r in rs])} |")
+    after = [r["flat_after"] for r in runs if r.get("flat_after") and None not in r["flat_after"].values()]
     ratios = []
     for arm in ("greso+resampling", "posterior+resampling"):
         paired = [a / b for a, b in zip(per_arm["resampling"]["completions"], per_arm[arm]["completions"])]
@@ -155,6 +159,10 @@ def main(argv=None) -> dict:
     lines += ["", f"Start (packaged model): held-out top-5 accuracy {base['top5_accuracy']:.3f} ± "
               f"{base['top5_accuracy_se']:.3f}, legal-move rate {base['legal_move_rate']:.3f}. Completions per signal "
               "group, paired by seed (higher: the second arm spends fewer): " + "; ".join(ratios) + "."]
+    if after:
+        lines += ["", "How predictable flatness was (selection arms, end of run): a redrawn prompt's group came out flat "
+                  f"again in {_mean_se([a['flat'] for a in after])} of redraws after a flat group and in "
+                  f"{_mean_se([a['signal'] for a in after])} after a group with signal."]
     result = {
         "title": f"Prompt selection on real training runs: completions per signal group ({args.seeds} seeds, "
                  f"{args.budget} completions each)",

@@ -117,6 +117,9 @@ def test_training_with_selection_skips_the_flat_prompts_and_logs_it(tiny_model_d
     assert sum(flat[-4:]) / 4 < 0.25  # once seen, flat prompts are mostly skipped
     assert sum(_history(trainer, "select/skipped")) > 0
     assert all(p == 1.0 for p in _history(trainer, "select/predicted_flat_precision"))  # GRESO skips only those
+    # The odd prompts are flat every time, the even ones never: flatness is fully predictable here.
+    assert _history(trainer, "select/flat_after_flat")[-1] == 1.0
+    assert _history(trainer, "select/flat_after_signal")[-1] == 0.0
     history = selection.history
     assert all(history.record(i)[STREAK] == history.record(i)[1] for i in range(1, 32, 2) if history.record(i))
 

@@ -10,8 +10,11 @@ trainer the sampler, and records what every drawn prompt's group did. Named in r
 Logged per generation batch: ``select/flat_share`` (share of the drawn groups that were flat: no reward spread, or
 no token to learn from; the batch as sampled, before any resampling), ``select/skipped`` and ``select/kept`` (prompts
 the sampler passed over and chose since the previous generation batch), ``select/predicted_flat_precision`` (share of
-the skipped prompts whose group was flat when last drawn; logged when some were skipped), and the rule's own numbers
-(GRESO: ``select/p_low``, ``select/p_high``).
+the skipped prompts whose group was flat when last drawn; logged when some were skipped), the rule's own numbers
+(GRESO: ``select/p_low``, ``select/p_high``), and how predictable flatness is in this run: ``select/flat_after_flat``
+and ``select/flat_after_signal``, the share of redrawn prompts whose group came out flat again, among those whose last
+group was flat and among those whose last group had signal (cumulative). Selection can only help where the first is
+well above the second.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ConfigError
-from ..selection import RULES, PromptHistory, SelectingSampler, SelectionState, flat_side
+from ..selection import RULES, STREAK, PromptHistory, SelectingSampler, SelectionState, flat_side
 from .base import RookCallback
 from .registry import register_callback
 
@@ -56,6 +59,9 @@ class PromptSelection(RookCallback):
         if hasattr(self.rule, "bind"):
             self.rule.bind(self.history)
         self.state: SelectionState | None = None
+        # How predictable flatness is: redraws of prompts whose last group was flat / had signal, and how many of those
+        # came out flat again (cumulative since training began).
+        self.redraws = {"flat": [0, 0], "signal": [0, 0]}
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
@@ -91,6 +97,11 @@ class PromptSelection(RookCallback):
         batch_mean = finite.mean().item() if finite.numel() else 0.0
         step = trainer.state.global_step
         for g, is_flat in enumerate(flat):
+            before = self.history.record(ids[g * G])
+            if before is not None:
+                counts = self.redraws["flat" if before[STREAK] > 0 else "signal"]
+                counts[0] += 1
+                counts[1] += int(is_flat)
             group = rewards[g][~torch.isnan(rewards[g])]
             value = group.mean().item() if group.numel() else batch_mean
             self.history.observe(ids[g * G], bool(is_flat), flat_side(value, batch_mean), step)
@@ -105,13 +116,17 @@ class PromptSelection(RookCallback):
             metrics["select/predicted_flat_precision"].append(skipped_flat / skipped)
         for key, value in self.rule.metrics().items():
             metrics[key].append(value)
+        for kind, (drawn, again) in self.redraws.items():
+            if drawn:
+                metrics[f"select/flat_after_{kind}"].append(again / drawn)
 
     def state_dict(self) -> dict:
-        return {"history": self.history.state_dict(), "rule": self.rule.state_dict(),
+        return {"history": self.history.state_dict(), "rule": self.rule.state_dict(), "redraws": self.redraws,
                 "sampler": self.state.state_dict() if self.state else {}}
 
     def load_state_dict(self, state: dict) -> None:
         self.history.load_state_dict(state.get("history", {}))
         self.rule.load_state_dict(state.get("rule", {}))
+        self.redraws = {k: list(v) for k, v in state.get("redraws", self.redraws).items()}
         if self.state is not None:
             self.state.load_state_dict(state.get("sampler", {}))
