@@ -125,3 +125,19 @@ def test_a_step_that_compiles_again_is_named_with_cause_and_fix(tiny_model_dir, 
     assert len(graphs) == 4 and graphs[0] >= 1 and graphs[1] == 0 and graphs[2] >= 1 and graphs[3] == 0, graphs
     warnings = [r.getMessage() for r in caplog.records if "torch.compile compiled" in r.getMessage()]
     assert len(warnings) == 1 and "during step 3" in warnings[0] and "TORCH_LOGS=recompiles" in warnings[0]
+
+
+def test_phases_with_gradient_accumulation_and_evaluation_between_steps(tiny_model_dir, smoke_dataset, tmp_path):
+    """Two micro-batches per optimizer step: the loss phase covers both; an evaluation between steps (no-grad loss)
+    opens no loss phase and books its generation to the eval metrics, not to the training step's."""
+    args = tiny_grpo_args(tmp_path, max_steps=2, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                          eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=smoke_dataset, eval_dataset=smoke_dataset.select(range(8)),
+                              callbacks=[Diagnostics()])
+    trainer.train()
+    losses, steps = _history(trainer, "timing/loss"), _history(trainer, "timing/step")
+    assert len(losses) == 2 and all(0 < l < s for l, s in zip(losses, steps))
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert evals and all("eval_timing/generation" in h for h in evals)
+    assert "loss" not in trainer._phases.pending()  # nothing left open by the no-grad evaluation loss

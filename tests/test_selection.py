@@ -187,3 +187,24 @@ def test_two_processes_choose_the_same_prompts(tmp_path):
         assert not set(a["local_ids"]) & set(b["local_ids"])  # each rank its own groups of the chosen prompts
     assert sum(a["skipped"] for a in ranks[0]) > 0
     assert read_json(tmp_path / "out" / "trainer_state.json")["global_step"] == 12
+
+
+@pytest.mark.parametrize("layout", [dict(steps_per_generation=2), dict(num_iterations=2),
+                                    dict(gradient_accumulation_steps=2)])
+def test_selection_in_trls_other_batch_layouts(tiny_model_dir, flat_dataset, tmp_path, layout):
+    """A generation batch reused over several optimizer steps (steps_per_generation, num_iterations) or micro-batches:
+    the sampler repeats each chosen chunk as TRL's does, and selection records one observation per generated group."""
+    selection = PromptSelection(p_start=0.05)
+    args = tiny_grpo_args(tmp_path, max_steps=4, per_device_train_batch_size=8, **layout)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=mostly_flat, args=args,
+                              train_dataset=flat_dataset, callbacks=[selection])
+    sampler = trainer._get_train_sampler()
+    repeat = trainer.num_iterations * trainer.args.steps_per_generation
+    assert sampler.repeat_count == repeat and sampler.batch_size == trainer.args.generation_batch_size // 4
+    indices = list(sampler)[: sampler.batch_size * 4 * repeat]
+    chunk = indices[: sampler.batch_size * 4]
+    assert indices == chunk * repeat  # each generation batch's prompts, repeated for every step that reuses them
+    trainer.train()
+    generations = len(_history(trainer, "select/flat_share"))
+    groups = trainer.args.generation_batch_size // 4
+    assert generations >= 1 and selection.history.drawn_total == generations * groups
