@@ -236,6 +236,11 @@ class SelectingSampler(RepeatSampler):
                 self.state.skipped += 1
                 self.state.skipped_flat_when_last_seen += int(rec is not None and rec[STREAK] > 0)
                 rec[SKIPS] += 1
+        while len(chosen) < self.batch_size:  # never a short generation batch (TRL's groups and ranks need it full)
+            index = self._next_prompt(task)
+            if index not in chosen:
+                chosen.append(index)
+                self.state.kept += 1
         return chosen
 
     def __iter__(self):
