@@ -110,6 +110,13 @@ def write_flat_data(path: Path, n: int) -> Path:
     return path
 
 
+def write_flat_recipe(tmp_path: Path, n_prompts: int, max_steps: int, callbacks: list) -> Path:
+    """The smoke recipe on ``n_prompts`` flat-data prompts with the ``mostly_flat`` reward and ``callbacks``."""
+    data = write_flat_data(tmp_path / "flat.jsonl", n_prompts)
+    return write_recipe(tmp_path / "r.yaml", max_steps=max_steps, dataset_name=str(data), beta=0.0,
+                        reward_funcs=[str(REPO / "tests/assets/flat_reward.py") + ":mostly_flat"], callbacks=callbacks)
+
+
 def launch_two_cpu_processes(recipe: Path, probe_dir: Path) -> list[list[dict]]:
     """Train ``recipe`` on two CPU ranks (gloo); returns what each rank's probe callback wrote (``rank-R.jsonl``)."""
     probe_dir.mkdir(exist_ok=True)

@@ -172,14 +172,10 @@ def test_without_selection_the_sampler_is_trls(tiny_model_dir, smoke_dataset, tm
 
 @pytest.mark.slow
 def test_two_processes_choose_the_same_prompts(tmp_path):
-    from conftest import launch_two_cpu_processes, read_json, write_flat_data, write_recipe
+    from conftest import launch_two_cpu_processes, read_json, write_flat_recipe
 
-    data = write_flat_data(tmp_path / "flat.jsonl", 32)
-    recipe = write_recipe(
-        tmp_path / "r.yaml", max_steps=12, dataset_name=str(data), beta=0.0,
-        reward_funcs=[str(REPO / "tests/assets/flat_reward.py") + ":mostly_flat"],
-        callbacks=[{"name": "prompt_selection", "p_start": 0.2}, "selection_probe:SelectionProbe"],
-    )
+    recipe = write_flat_recipe(tmp_path, 32, 12, [{"name": "prompt_selection", "p_start": 0.2},
+                                                  "selection_probe:SelectionProbe"])
     ranks = launch_two_cpu_processes(recipe, tmp_path / "probe")
     assert len(ranks[0]) == len(ranks[1]) == 12
     for a, b in zip(*ranks):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import (REPO, launch_two_cpu_processes, losses_and_rewards, read_json, tiny_grpo_args, vanilla_args,
-                      write_flat_data, write_recipe)
+                      write_flat_recipe)
 from rookgrpo import ConfigError, RookGRPOTrainer
 from rookgrpo.batch import batch_advantages, loss_mask, take_rows, zero_std_groups
 from rookgrpo.callbacks import Diagnostics, ZeroStdResampling
@@ -166,12 +166,8 @@ def test_groups_spanning_processes_are_rejected():
 
 @pytest.mark.slow
 def test_two_process_resampling_ranks_agree(tmp_path):
-    data = write_flat_data(tmp_path / "flat.jsonl", 64)
-    recipe = write_recipe(
-        tmp_path / "r.yaml", max_steps=4, dataset_name=str(data), beta=0.0,
-        reward_funcs=[str(REPO / "tests/assets/flat_reward.py") + ":mostly_flat"],
-        callbacks=[{"name": "zero_std_resampling", "max_rounds": 8}, "resample_probe:ResampleProbe"],
-    )
+    recipe = write_flat_recipe(tmp_path, 64, 4, [{"name": "zero_std_resampling", "max_rounds": 8},
+                                                 "resample_probe:ResampleProbe"])
     ranks = launch_two_cpu_processes(recipe, tmp_path / "probe")
     assert len(ranks[0]) == len(ranks[1]) == 4
     assert [x["resample/rounds"] for x in ranks[0]] == [x["resample/rounds"] for x in ranks[1]]
