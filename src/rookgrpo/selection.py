@@ -28,7 +28,6 @@ the same order, so every rank chooses the same prompts.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -257,8 +256,3 @@ class SelectingSampler(RepeatSampler):
 
 def flat_side(value: float, batch_mean: float) -> str:
     return "high" if value >= batch_mean - 1e-9 else "low"
-
-
-def finite_mean(values: torch.Tensor) -> float:
-    values = values[~torch.isnan(values)]
-    return values.mean().item() if values.numel() else math.nan
