@@ -48,8 +48,6 @@ class ChessEval(RookCallback):
         self.rows: list[dict] = []
 
     def bind(self, trainer) -> None:
-        import dataclasses
-
         from ..chess.data import load_rookworld
         from ..chess.engine import EngineSettings
 
@@ -67,10 +65,7 @@ class ChessEval(RookCallback):
         if self.max_new_tokens is None:
             longest = max(len(tok(r["completion"], add_special_tokens=False)["input_ids"]) for r in self.rows)
             self.max_new_tokens = int(longest * 1.25) + 4
-        args = trainer.args
-        self.settings = dataclasses.replace(EngineSettings(), **{
-            key: getattr(args, f"stockfish_{key}") for key in ("path", "depth", "nodes", "workers")
-            if getattr(args, f"stockfish_{key}", None) is not None})
+        self.settings = EngineSettings().with_args(trainer.args)  # the training rewards' settings, as they are
 
     def evaluate(self) -> dict[str, float]:
         from ..evaluate import complete, score

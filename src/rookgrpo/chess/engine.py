@@ -15,6 +15,7 @@ is killed) is restarted and the request retried; the event is logged and counted
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import queue
@@ -76,6 +77,18 @@ class EngineSettings:
     timeout: float = 30.0  # seconds one request may take before the engine counts as hung
     retries: int = 2
     cache_size: int = 200_000
+
+    def with_args(self, args) -> EngineSettings:
+        """These settings with a trainer config's ``stockfish_path``/``depth``/``nodes``/``workers`` fields applied
+        (each field the config has, as it is), so everything scored for one run uses the same engine settings.
+
+        >>> from types import SimpleNamespace
+        >>> EngineSettings().with_args(SimpleNamespace(stockfish_depth=6, stockfish_nodes=None)).depth
+        6
+        """
+        keys = ("path", "depth", "nodes", "workers")
+        return dataclasses.replace(self, **{k: getattr(args, f"stockfish_{k}") for k in keys
+                                            if hasattr(args, f"stockfish_{k}")})
 
     def limit(self) -> chess.engine.Limit:
         if self.depth is None and self.nodes is None:

@@ -225,8 +225,7 @@ def recipe_rewards(recipe: dict[str, Any]) -> tuple[list[Callable], list[float],
             raise ConfigError(f"reward_funcs: {entry!r} is a reward model; the audit scores reward functions only.")
         funcs.append(_setup_reward(func, args))
     weights = recipe.get("reward_weights") or [1.0] * len(funcs)
-    settings = EngineSettings(path=args.stockfish_path, depth=args.stockfish_depth, nodes=args.stockfish_nodes,
-                              workers=args.stockfish_workers)
+    settings = EngineSettings().with_args(args)
     return funcs, [float(w) for w in weights], settings
 
 

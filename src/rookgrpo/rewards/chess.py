@@ -28,7 +28,6 @@ per process (see :mod:`rookgrpo.chess.engine`), so five components cost one anal
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -135,11 +134,7 @@ class ChessReward:
         self.__name__ = self.name  # TRL logs rewards/<__name__>/mean
 
     def setup(self, args: Any) -> ChessReward:
-        settings = dataclasses.replace(
-            self.engine,
-            **{key: getattr(args, f"stockfish_{key}") for key in ("path", "depth", "nodes", "workers")
-               if hasattr(args, f"stockfish_{key}")},
-        )
+        settings = self.engine.with_args(args)
         if self.needs_engine:
             find_stockfish(settings.path)
         return type(self)(settings)
