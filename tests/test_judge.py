@@ -112,13 +112,11 @@ def test_packaged_judge_short_name_resolves_to_its_directory(tmp_path, monkeypat
 
     def fake_build(out_dir, **kwargs):  # the real build is exercised above; here only the name's resolution
         built.append(out_dir)
-        return build_judge_dir(out_dir)
-
-    def build_judge_dir(out_dir):
         out_dir.mkdir(parents=True, exist_ok=True)
         return out_dir
 
     monkeypatch.setattr(judge_module, "build_fill_in_judge", fake_build)
+    monkeypatch.setenv("ROOKGRPO_CACHE", str(tmp_path))  # the fake directory stays out of the session's cache
     resolved = resolve_reward_func("rookgrpo/fill-in-judge")
     assert built and resolved == str(built[0]) and resolved.endswith("fill-in-judge-v1")
     assert resolve_reward_func("fill_in_grade")(["rook on a1 moves to"], [" h1"]) == [1.0]

@@ -114,7 +114,8 @@ class PhaseMeter:
         else:
             peak = max(start_bytes, _rss_bytes())
         self._peak[phase] = max(self._peak.get(phase, 0.0), peak / MIB)
-        self._note_process_peak()
+        if not self.cuda:  # the peak just read is the process's too
+            self.process_peak_mib = max(self.process_peak_mib, peak / MIB)
 
     @contextmanager
     def measure(self, phase: str):
@@ -131,8 +132,7 @@ class PhaseMeter:
     def take(self, phases: tuple[str, ...] | None = None) -> dict[str, tuple[float, float]]:
         """``{phase: (seconds, peak MiB)}`` of the phases measured since the last take (all, or those named)."""
         names = [p for p in (phases if phases is not None else list(self._seconds)) if p in self._seconds]
-        out = {p: (self._seconds.pop(p), self._peak.pop(p, 0.0)) for p in names}
-        return out
+        return {p: (self._seconds.pop(p), self._peak.pop(p, 0.0)) for p in names}
 
 
 def dynamo_graphs() -> int:

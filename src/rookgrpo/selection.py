@@ -33,6 +33,8 @@ from collections.abc import Sequence
 import torch
 from trl.trainer.utils import RepeatSampler
 
+from .task_sampling import indices_by_task, repeat_chunks
+
 # record fields: drawn, flat, streak, side (0 none, 1 low, 2 high), last_step, skips (consecutive), discounted flat,
 # discounted drawn
 DRAWN, FLAT, STREAK, SIDE, LAST, SKIPS, DFLAT, DDRAWN = range(8)
@@ -196,9 +198,8 @@ class SelectingSampler(RepeatSampler):
                  tasks: Sequence[str] | None = None, max_skips: int = 4):
         super().__init__(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)
         self.history, self.rule, self.state, self.max_skips = history, rule, state, int(max_skips)
-        self.by_task: dict[str, list[int]] = {}
-        for i, task in enumerate(tasks if tasks is not None else [""] * self.num_samples):
-            self.by_task.setdefault(str(task), []).append(i)
+        # String keys: the sampler's queues are saved per task in JSON checkpoints.
+        self.by_task = indices_by_task([str(t) for t in tasks] if tasks is not None else [""] * self.num_samples)
         self.n_chunks = {t: len(idx) // batch_size for t, idx in self.by_task.items()}
         if not any(self.n_chunks.values()):
             raise ValueError(f"prompt_selection: no task has {batch_size} prompts, one generation batch's worth.")
@@ -246,12 +247,8 @@ class SelectingSampler(RepeatSampler):
         plan = [t for t in sorted(self.by_task) for _ in range(self.n_chunks[t])]
         if self.shuffle:
             plan = [plan[i] for i in torch.randperm(len(plan), generator=self.state.generator).tolist()]
-        for task in plan:
-            chunk = self._choose(task)
-            for _ in range(self.repeat_count):
-                for index in chunk:
-                    for _ in range(self.mini_repeat_count):
-                        yield index
+        chunks = (self._choose(task) for task in plan)  # lazily: each chosen when the data loader reaches it
+        return repeat_chunks(chunks, self.repeat_count, self.mini_repeat_count)
 
 
 def flat_side(value: float, batch_mean: float) -> str:

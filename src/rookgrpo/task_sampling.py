@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import types
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -64,6 +64,16 @@ def indices_by_task(tasks: Sequence[str]) -> dict[str, list[int]]:
     return by_task
 
 
+def repeat_chunks(chunks: Iterable[Sequence[int]], repeat_count: int, mini_repeat_count: int) -> Iterator[int]:
+    """TRL's ``RepeatSampler`` order for given chunks: each chunk ``repeat_count`` times, each index in it
+    ``mini_repeat_count`` times in a row."""
+    for chunk in chunks:
+        for _ in range(repeat_count):
+            for index in chunk:
+                for _ in range(mini_repeat_count):
+                    yield index
+
+
 class TaskGroupedRepeatSampler(RepeatSampler):
     """TRL's ``RepeatSampler`` with every chunk (one global generation batch of unique prompts) drawn from one task.
 
@@ -96,11 +106,7 @@ class TaskGroupedRepeatSampler(RepeatSampler):
         return chunks
 
     def __iter__(self):
-        for chunk in self._chunks():
-            for _ in range(self.repeat_count):
-                for index in chunk:
-                    for _ in range(self.mini_repeat_count):
-                        yield index
+        return repeat_chunks(self._chunks(), self.repeat_count, self.mini_repeat_count)
 
     def __len__(self) -> int:
         n_chunks = sum(len(idx) // self.batch_size for idx in self.by_task.values())

@@ -104,6 +104,15 @@ def kl_term(loss_type: str, beta: float, kl: float | None) -> float | None:
     return beta * kl
 
 
+def _score_ranges(rewards_per_func: torch.Tensor, names: list[str]):
+    """(name, lowest, highest, count) of each reward function's scores in the batch, for those with 2+ scores."""
+    for i, name in enumerate(names):
+        values = rewards_per_func[:, i]
+        values = values[~torch.isnan(values)].double()
+        if values.numel() >= 2:
+            yield name, values.min().item(), values.max().item(), values.numel()
+
+
 def collapsed_rewards(rewards_per_func: torch.Tensor, names: list[str]) -> list[tuple[str, float, int]]:
     """(name, value, count) of each reward function that gave all its scored completions (at least 2) one score.
 
@@ -111,15 +120,8 @@ def collapsed_rewards(rewards_per_func: torch.Tensor, names: list[str]) -> list[
     >>> collapsed_rewards(torch.tensor([[0.5, 1.0], [0.5, 0.0], [0.5, nan]]), ["judge", "rule"])
     [('judge', 0.5, 3)]
     """
-    out = []
-    for i, name in enumerate(names):
-        values = rewards_per_func[:, i]
-        values = values[~torch.isnan(values)]
-        if values.numel() >= 2:
-            low, high = values.min().item(), values.max().item()
-            if high - low <= 1e-6 * max(1.0, abs(high)):
-                out.append((name, high, values.numel()))
-    return out
+    return [(name, high, n) for name, low, high, n in _score_ranges(rewards_per_func, names)
+            if high - low <= 1e-6 * max(1.0, abs(high))]
 
 
 def saturated_rewards(rewards_per_func: torch.Tensor, names: list[str],
@@ -132,15 +134,10 @@ def saturated_rewards(rewards_per_func: torch.Tensor, names: list[str],
     [('judge', 9.99985, 0.0007, 3)]
     """
     out = []
-    for i, name in enumerate(names):
-        values = rewards_per_func[:, i]
-        values = values[~torch.isnan(values)].double()
-        if values.numel() >= 2:
-            low, high = values.min().item(), values.max().item()
-            center, spread = (low + high) / 2, high - low
-            magnitude = max(abs(low), abs(high))
-            if spread > 1e-6 * max(1.0, magnitude) and spread < relative * magnitude:
-                out.append((name, round(center, 6), round(spread, 6), values.numel()))
+    for name, low, high, n in _score_ranges(rewards_per_func, names):
+        spread, magnitude = high - low, max(abs(low), abs(high))
+        if 1e-6 * max(1.0, magnitude) < spread < relative * magnitude:
+            out.append((name, round((low + high) / 2, 6), round(spread, 6), n))
     return out
 
 
@@ -165,7 +162,6 @@ class Diagnostics(RookCallback):
         self._graphs_at_start = 0
         self._steps: list[float] = []  # durations of the steps after the first (for the median)
         self._first_step: float | None = None
-        self._reported_first = False
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
@@ -251,13 +247,12 @@ class Diagnostics(RookCallback):
                                                                              seconds=seconds, ratio=ratio))
         else:
             self._steps = (self._steps + [seconds])[-50:]
-        if len(self._steps) == 5 and not self._reported_first:
-            self._reported_first = True
+        if len(self._steps) == 5 and not new_graphs:  # the fifth steady step (the list only grows, to 50)
             median = statistics.median(self._steps)
             if self.trainer.accelerator.is_main_process:
                 logger.info("first step: %.2f s, %.1fx the median of the next steady steps (%.2f s): warm-up%s.",
                             self._first_step, self._first_step / median, median,
-                            " and torch.compile's first compilation" if self._graphs_at_start or graphs else "")
+                            " and torch.compile's first compilation" if graphs else "")
 
     # The trainer calls this before TRL adds its metric averages to ``logs`` and logs them.
     def before_log(self, trainer, logs: dict) -> None:

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import torch
 
+from ..batch import combined_rewards
 from ..errors import ConfigError
 from ..selection import RULES, STREAK, PromptHistory, SelectingSampler, SelectionState, flat_side
 from .base import RookCallback
 from .registry import register_callback
+from .zero_std import no_signal_groups
 
 PROMPT_ID_COLUMN = "rookgrpo_prompt_id"
 
@@ -83,18 +85,14 @@ class PromptSelection(RookCallback):
     def on_scored_batch(self, trainer, scored) -> None:
         if not trainer.model.training:
             return
-        from .zero_std import no_signal_groups
-
         G = trainer.num_generations
         ids = torch.tensor([int(row[PROMPT_ID_COLUMN]) for row in scored.inputs], device=trainer.accelerator.device)
         ids = trainer.accelerator.gather(ids).cpu().tolist()
         rpf = scored.rewards_per_func
         flat = no_signal_groups(trainer, scored.output, rpf).cpu().tolist()
-        from ..batch import combined_rewards
-
         rewards = combined_rewards(rpf, trainer.reward_weights).view(-1, G)
-        finite = rewards[~torch.isnan(rewards)]
-        batch_mean = finite.mean().item() if finite.numel() else 0.0
+        batch_mean = torch.nanmean(rewards).nan_to_num(0.0).item()
+        group_means = torch.nanmean(rewards, dim=1).nan_to_num(batch_mean).tolist()  # unscored groups: the batch's
         step = trainer.state.global_step
         for g, is_flat in enumerate(flat):
             before = self.history.record(ids[g * G])
@@ -102,9 +100,7 @@ class PromptSelection(RookCallback):
                 counts = self.redraws["flat" if before[STREAK] > 0 else "signal"]
                 counts[0] += 1
                 counts[1] += int(is_flat)
-            group = rewards[g][~torch.isnan(rewards[g])]
-            value = group.mean().item() if group.numel() else batch_mean
-            self.history.observe(ids[g * G], bool(is_flat), flat_side(value, batch_mean), step)
+            self.history.observe(ids[g * G], bool(is_flat), flat_side(group_means[g], batch_mean), step)
         share = sum(flat) / max(len(flat), 1)
         self.rule.after_batch(share, self.history)
         skipped, skipped_flat, kept = self.state.take_counts()

@@ -25,7 +25,6 @@ recomputed after splicing.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import torch
 from trl.trainer.utils import nanstd
