@@ -1,36 +1,54 @@
-"""Held-out quality for the same generation budget: vanilla GRPOTrainer against RookGRPOTrainer's dynamics.
+"""Held-out chess for the same generation budget: vanilla GRPOTrainer against rookgrpo's recipe, seed by seed.
 
-Both start from the packaged ``rookgrpo/tiny-rookworld`` and train on its shipped positions with the recipe's chess
-rewards, for the same number of generated completions (vanilla: ``--steps`` steps; rookgrpo: until its generated
-completions, resampling rounds included, reach the same count). Vanilla is TRL's ``GRPOTrainer`` with the recipe's
-fixed beta and one temperature, no resampling. rookgrpo is ``RookGRPOTrainer`` with the recipe's callbacks
-(zero-std resampling, adaptive beta, diagnostics) and per-task sampling. Each run is then evaluated greedily on the
-held-out positions; 3 seeds each.
+Every arm starts from the packaged ``rookgrpo/tiny-rookworld``, trains on its shipped positions with the recipe's
+chess rewards (the same reward objects, the same Stockfish settings) and stops at the same number of generated
+completions, resampling rounds included. Arms:
 
-    python benchmarks/bench_tiny_grpo.py [--steps 100] [--seeds 1 2 3]
+- ``vanilla``: TRL's ``GRPOTrainer`` with the recipe's fields, its fixed beta and one temperature (the recipe's
+  ``temperature``), no resampling, TRL's own mixed-task batches;
+- ``rookgrpo``: ``RookGRPOTrainer`` with the recipe as shipped (zero-std resampling, adaptive beta, per-task
+  sampling: task-homogeneous batches with the P: task a little cooler);
+- ``rookgrpo_one_temperature``: the recipe without ``task_generation_kwargs``, so sampling is vanilla's (one
+  temperature, mixed batches) and only resampling and adaptive beta differ: the confound between the first two.
+
+The held-out evaluation is greedy, on the packaged evaluation positions (``rookgrpo/tiny-rookworld-eval``), at the
+evaluation's Stockfish depth. Per arm: mean ± standard error over seeds; per seed, the change against vanilla's run
+with the same seed (paired). The A: groups' zero-std share is measured on the reward calls themselves: a group of
+A: completions is flat when its environment rewards have zero spread (TRL's ``isclose(std, 0)``); "before" counts
+the first generation of each step, "after" the groups the loss optimised (after resampling; vanilla keeps them all).
+The held-out callback (``chess_eval``) is left out of every arm: it does not change training, only the time.
+
+    python benchmarks/bench_tiny_grpo.py [--steps 100] [--seeds 1 2 3 4 5] [--arms vanilla rookgrpo ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import yaml
 from transformers import TrainerCallback
 
 from common import finish  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
+ARMS = ("vanilla", "rookgrpo", "rookgrpo_one_temperature")
+METRICS = [("best_move_accuracy", "best move"), ("top5_accuracy", "top-5"), ("legal_move_rate", "legal"),
+           ("env_exact_accuracy", "A: exact"), ("best_move_reward", "best-move reward")]
 
 
 class CompletionBudget(TrainerCallback):
     """Stops training once the completions generated (extra resampling rounds included) reach ``budget``."""
 
-    def __init__(self, budget: int):
-        self.budget, self.generated, self.trainer = budget, 0, None
+    def __init__(self, budget: int, trainer):
+        self.budget, self.generated, self.trainer = budget, 0, trainer
+        self._seen_extra = 0
 
     def on_step_end(self, args, state, control, **kwargs):
         metrics = self.trainer._metrics["train"]
@@ -43,83 +61,194 @@ class CompletionBudget(TrainerCallback):
     def on_log(self, args, state, control, **kwargs):
         self._seen_extra = 0  # TRL clears its metric lists after logging
 
-    _seen_extra = 0
+
+class FlatGroups:
+    """Wraps the A: reward; counts A: groups with zero reward spread, first generation of a step vs. resampled."""
+
+    def __init__(self, reward, num_generations: int):
+        self.reward, self.G = reward, num_generations
+        self.__name__ = getattr(reward, "__name__", type(reward).__name__)
+        self.trainer, self.step = None, -1
+        self.first = [0, 0]  # [flat, all] A: groups in each step's first generation
+        self.resampled = [0, 0]
+
+    def __getattr__(self, name):  # setup(), name, ... of the wrapped reward
+        return getattr(self.reward, name)
+
+    def __call__(self, prompts, completions, **kwargs):
+        scores = self.reward(prompts, completions, **kwargs)
+        step = self.trainer.state.global_step if self.trainer else 0
+        count = self.first if step != self.step else self.resampled
+        self.step = step
+        for start in range(0, len(scores) - self.G + 1, self.G):
+            group = scores[start:start + self.G]
+            if any(s is None for s in group):
+                continue
+            mean = sum(group) / self.G
+            std = math.sqrt(sum((s - mean) ** 2 for s in group) / (self.G - 1))
+            count[0] += std <= 1e-8
+            count[1] += 1
+        return scores
 
 
-def run(variant: str, seed: int, steps: int, tmp: str):
+def arm_recipe(arm: str, tmp: str) -> str:
+    """The recipe an arm runs: the shipped one without the held-out callback, and for the ablation no task kwargs."""
+    recipe = yaml.safe_load(RECIPE.read_text())
+    recipe["callbacks"] = [c for c in recipe.get("callbacks", [])
+                           if (c if isinstance(c, str) else c.get("name")) != "chess_eval"]
+    if arm == "rookgrpo_one_temperature":
+        recipe.pop("task_generation_kwargs", None)
+    path = Path(tmp) / f"{arm}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return str(path)
+
+
+def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from rookgrpo.train import build_trainer
 
-    out = f"{tmp}/{variant}-{seed}"
-    argv = [str(RECIPE), "--seed", str(seed), "--max_steps", str(steps), "--output_dir", out, "--save_strategy", "no",
-            "--logging_steps", "1", "--disable_tqdm", "true"]
+    out = f"{tmp}/{arm}-{seed}"
+    argv = [arm_recipe(arm, tmp), "--seed", str(seed), "--max_steps", str(steps), "--output_dir", out,
+            "--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true"]
     trainer, _, model_path = build_trainer(argv)
+    G = trainer.num_generations
     budget = steps * trainer.args.per_device_train_batch_size * trainer.args.world_size
-    if variant == "vanilla":
+    names = list(trainer.reward_func_names)
+    flat = FlatGroups(trainer.reward_funcs[names.index("chess_env")], G)
+    if arm == "vanilla":
         fields = {k: getattr(trainer.args, k) for k, f in GRPOConfig.__dataclass_fields__.items()
                   if f.init and hasattr(trainer.args, k)}
         fields.update(output_dir=out)
         fields.pop("generation_batch_size", None)  # derived from steps_per_generation; TRL rejects both
-        # Rewards already resolved by name (and configured with the recipe's Stockfish settings) by the recipe's
-        # trainer; the vanilla trainer gets the same objects.
-        trainer = GRPOTrainer(model=model_path, reward_funcs=trainer.reward_funcs, args=GRPOConfig(**fields),
+        funcs = [flat if name == "chess_env" else f for name, f in zip(names, trainer.reward_funcs)]
+        # The recipe's trainer resolved the rewards by name with its Stockfish settings; vanilla gets the same objects.
+        trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=GRPOConfig(**fields),
                               train_dataset=trainer.train_dataset)
+        budget_cb = None
     else:
-        budget_cb = CompletionBudget(budget)
-        budget_cb.trainer = trainer
+        trainer.reward_funcs[names.index("chess_env")] = flat
+        budget_cb = CompletionBudget(budget, trainer)
         trainer.add_callback(budget_cb)
+    flat.trainer = trainer
+    logs = LogRecorder()
+    trainer.add_callback(logs)
+    start = time.perf_counter()
     trainer.train()
+    seconds = time.perf_counter() - start
     trainer.save_model(out)
-    generated = budget if variant == "vanilla" else budget_cb.generated
-    return out, trainer.state.global_step, generated
+    return {"model": out, "steps": trainer.state.global_step, "seconds": seconds,
+            "generated": budget if budget_cb is None else budget_cb.generated,
+            "a_groups": flat.first[1], "a_flat_before": flat.first[0] / max(1, flat.first[1]),
+            "a_flat_after": logs.a_flat_after(arm, flat), **logs.flat_all()}
+
+
+class LogRecorder(TrainerCallback):
+    """Keeps each step's logged metrics (logging_steps 1: one entry per step)."""
+
+    def __init__(self):
+        self.logs: list[dict] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "frac_reward_zero_std" in logs:
+            self.logs.append(dict(logs))
+
+    def flat_all(self) -> dict:
+        """All groups (both tasks): TRL's zero-std share of the sampled batch and of the optimised one."""
+        before = [x["frac_reward_zero_std"] for x in self.logs]
+        after = [x.get("optimised/frac_reward_zero_std", x["frac_reward_zero_std"]) for x in self.logs]
+        return {"flat_before": statistics.mean(before) if before else float("nan"),
+                "flat_after": statistics.mean(after) if after else float("nan")}
+
+    def a_flat_after(self, arm: str, flat: FlatGroups) -> float:
+        """A: groups flat in the optimised batch. Vanilla optimises what it sampled; the shipped recipe's batches are
+        one task each, so its A: steps' optimised share is the A: share; mixed batches (the one-temperature arm)
+        do not tell the tasks apart there, so it is not reported (nan)."""
+        if arm == "vanilla":
+            return flat.first[0] / max(1, flat.first[1])
+        if arm == "rookgrpo_one_temperature":
+            return float("nan")
+        a_steps = [x["optimised/frac_reward_zero_std"] for x in self.logs
+                   if x.get("rewards/chess_env/mean") == x.get("rewards/chess_env/mean")  # not nan: an A: batch
+                   and "optimised/frac_reward_zero_std" in x and "rewards/chess_env/mean" in x]
+        return statistics.mean(a_steps) if a_steps else float("nan")
+
+
+def mean_se(values):
+    values = [v for v in values if v == v]
+    if not values:
+        return float("nan"), float("nan")
+    mean = statistics.mean(values)
+    return mean, (statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan"))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--steps", type=int, default=100, help="vanilla's steps; the others stop at its completions")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     ap.add_argument("--eval_depth", type=int, default=8)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if "vanilla" not in args.arms:
+        ap.error("--arms: the comparison is against vanilla; include it")
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.evaluate import evaluate
 
     settings = EngineSettings(depth=args.eval_depth)
-    rows, results = [], {"vanilla": [], "rookgrpo": []}
+    data = "rookgrpo/tiny-rookworld-eval"
+    runs: dict[str, list[dict]] = {arm: [] for arm in args.arms}
     with tempfile.TemporaryDirectory() as tmp:
-        base = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", settings=settings, progress=False)
-        for seed in args.seeds:
-            for variant in ("vanilla", "rookgrpo"):
-                model_dir, steps, generated = run(variant, seed, args.steps, tmp)
-                m = evaluate(model_dir, "rookgrpo/tiny-rookworld-eval", settings=settings, progress=False)
-                results[variant].append(m)
-                rows.append(f"| {seed} | {variant} | {steps} | {generated} | {m['best_move_reward']:.3f} ± "
-                            f"{m['best_move_reward_se']:.3f} | {m['legal_move_rate']:.3f} | "
-                            f"{m.get('env_reward', float('nan')):.3f} |")
-    summary = []
-    for variant, ms in results.items():
-        bm = [m["best_move_reward"] for m in ms]
-        lg = [m["legal_move_rate"] for m in ms]
-        sd = statistics.stdev(bm) if len(bm) > 1 else 0.0
-        summary.append(f"| mean over seeds | **{variant}** | | | **{statistics.mean(bm):.3f}** (sd {sd:.3f}) | "
-                       f"{statistics.mean(lg):.3f} | {statistics.mean(m.get('env_reward', float('nan')) for m in ms):.3f} |")
-    table = "\n".join([
-        "| seed | trainer | steps | completions generated | held-out best-move reward (± se) | legal-move rate | A: env reward |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-        f"| - | start (packaged model) | 0 | 0 | {base['best_move_reward']:.3f} ± {base['best_move_reward_se']:.3f} | "
-        f"{base['legal_move_rate']:.3f} | {base.get('env_reward', float('nan')):.3f} |",
-        *rows, *summary,
-    ])
+        base = evaluate("rookgrpo/tiny-rookworld", data, settings=settings, progress=False)
+        for seed in args.seeds:  # arms interleaved per seed, so machine load drifts alike
+            for arm in args.arms:
+                r = run(arm, seed, args.steps, tmp)
+                m = evaluate(r["model"], data, settings=settings, progress=False)
+                r.update(seed=seed, eval={k: m[k] for k in m if k not in ("samples", "per_row", "model")})
+                runs[arm].append(r)
+                print(f"seed {seed} {arm}: " + ", ".join(f"{k} {m[k]:.3f}" for k, _ in METRICS), flush=True)
+
+    header = "| arm | " + " | ".join(label for _, label in METRICS) + \
+        " | A: groups flat, sampled → optimised | all groups flat, sampled → optimised | steps | completions | minutes |"
+    rows = [header, "|" + " --- |" * (len(METRICS) + 6),
+            "| start (packaged model) | " + " | ".join(f"{base[k]:.3f}" for k, _ in METRICS) + " | | | 0 | 0 | |"]
+    for arm, rs in runs.items():
+        cells = []
+        for k, _ in METRICS:
+            mean, se = mean_se([r["eval"][k] for r in rs])
+            cells.append(f"{mean:.3f} ± {se:.3f}")
+        share = {k: mean_se([r[k] for r in rs])[0] for k in ("a_flat_before", "a_flat_after", "flat_before",
+                                                               "flat_after")}
+        rows.append(f"| {arm} | " + " | ".join(cells) + f" | {share['a_flat_before']:.2f} → {share['a_flat_after']:.2f} | "
+                    f"{share['flat_before']:.2f} → {share['flat_after']:.2f} | "
+                    f"{statistics.mean(r['steps'] for r in rs):.0f} | {statistics.mean(r['generated'] for r in rs):.0f} "
+                    f"| {statistics.mean(r['seconds'] for r in rs) / 60:.1f} |")
+    paired_rows = ["", "Paired by seed, change against vanilla (mean ± standard error over seeds; t = mean / se):", "",
+                   "| arm | " + " | ".join(label for _, label in METRICS) + " |", "|" + " --- |" * (len(METRICS) + 1)]
+    paired = {}
+    for arm, rs in runs.items():
+        if arm == "vanilla":
+            continue
+        cells = []
+        for k, _ in METRICS:
+            by_seed = {r["seed"]: r["eval"][k] for r in runs["vanilla"]}
+            mean, se = mean_se([r["eval"][k] - by_seed[r["seed"]] for r in rs if r["seed"] in by_seed])
+            paired[f"{arm}/{k}"] = {"mean": mean, "se": se}
+            cells.append(f"{mean:+.3f} ± {se:.3f} (t {mean / se:.1f})" if se and se == se else f"{mean:+.3f}")
+        paired_rows.append(f"| {arm} | " + " | ".join(cells) + " |")
+    n = base["n_policy"] + base["n_env"]
     result = {
-        "title": "Held-out best-move reward for the same generation budget (tiny-rookworld, 3 seeds)",
-        "description": f"`recipes/rookworld-tiny.yaml`, {args.steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
-                       "temperature, no resampling) against `RookGRPOTrainer` with the recipe's callbacks and per-task "
-                       "sampling, stopped at the same number of generated completions. Greedy evaluation on the "
-                       f"{base['n_policy'] + base['n_env']} held-out positions, Stockfish depth {args.eval_depth}.",
-        "table": table,
-        "command": f"python benchmarks/bench_tiny_grpo.py --steps {args.steps} --seeds {' '.join(map(str, args.seeds))}",
-        "start": base, "vanilla": results["vanilla"], "rookgrpo": results["rookgrpo"],
+        "title": f"Held-out chess for the same generation budget (tiny-rookworld, {len(args.seeds)} seeds per arm)",
+        "description": f"`recipes/rookworld-tiny.yaml`: {args.steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
+                       "temperature, no resampling) against `RookGRPOTrainer` with the recipe's callbacks, and the "
+                       "recipe without per-task sampling; every arm stops at vanilla's number of generated "
+                       f"completions. Greedy evaluation on the {n} held-out positions ({base['n_policy']} P:, "
+                       f"{base['n_env']} A:), Stockfish depth {args.eval_depth}; mean ± standard error over seeds.",
+        "table": "\n".join(rows + paired_rows),
+        "command": f"python benchmarks/bench_tiny_grpo.py --steps {args.steps} --seeds "
+                   f"{' '.join(map(str, args.seeds))} --arms {' '.join(args.arms)}",
+        "start": {k: v for k, v in base.items() if k not in ("samples", "per_row")},
+        "runs": runs, "paired": paired,
     }
     return finish(result, args.out)
 

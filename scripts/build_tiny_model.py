@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build the embedded default: ``rookgrpo/tiny-rookworld``, a small character-level GPT-2 taught RookWorld by SFT.
+"""Build the embedded default: ``rookgrpo/tiny-rookworld``, a small GPT-2 with a move-level tokenizer, taught by SFT.
 
 Why: RookWorld-LM-124M and its dataset live on a hub our machines cannot reach, and a random model earns the same
 floor reward on every completion, so GRPO has nothing to learn from. This script makes a starting point that has
@@ -10,10 +10,12 @@ Steps (each seeded, so a rebuild reproduces the shipped numbers within noise), r
 
 1. ``data``: generate RookWorld lines (``P:`` and ``A:``, compact layout) with :func:`rookgrpo.chess.data.generate`
    and split them into SFT data, GRPO training positions and held-out evaluation positions (no FEN shared between
-   splits); cached in ``--work``;
-2. ``sft``: build a randomly initialised char-level GPT-2 (:mod:`rookgrpo.tiny_model`) and fine-tune it with TRL's
-   ``SFTTrainer`` on prompt/completion pairs with the loss on the whole line (reading the FEN teaches the board),
-   on a GPU when there is one, else CPU;
+   splits); cached in ``--work``. A: lines need no engine, so most lines are A: lines; the P: lines (Stockfish
+   labels) are most of the time;
+2. ``sft``: build a randomly initialised GPT-2 with one token per UCI move (:mod:`rookgrpo.tiny_model`) and
+   fine-tune it with TRL's ``SFTTrainer`` on prompt/completion pairs with the loss on the whole line (reading the
+   FEN teaches the board), bf16 autocast, on a GPU when there is one, else CPU; a checkpoint every eighth of the
+   run, and a rerun with the same arguments resumes from the last one;
 3. ``finish``: evaluate it with ``rookgrpo evaluate`` on the held-out positions and write model, tokenizer, positions
    and a model card (how it was made, its numbers) to ``src/rookgrpo/assets/tiny-rookworld/``.
 
@@ -48,38 +50,58 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the model and positions go")
     p.add_argument("--work", type=Path, default=REPO / "build" / "tiny-rookworld", help="scratch (data cache, SFT)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--n_lines", type=int, default=64000, help="RookWorld lines generated in all (all splits)")
-    p.add_argument("--n_grpo", type=int, default=1024, help="GRPO training positions kept out of SFT")
-    p.add_argument("--n_eval", type=int, default=256, help="held-out evaluation positions")
+    p.add_argument("--n_lines", type=int, default=200000, help="RookWorld lines generated in all (all splits)")
+    p.add_argument("--a_share", type=float, default=0.7,
+                   help="share of A: lines: they need no engine (only the P: lines are labelled by Stockfish), so\n"
+                        "they are the cheap way to more data")
+    p.add_argument("--n_games", type=int, default=10000,
+                   help="games played for positions (P: rows sample their positions, A: rows their moves)")
+    p.add_argument("--n_grpo", type=int, default=1024, help="GRPO training lines (positions) kept out of SFT")
+    p.add_argument("--n_eval", type=int, default=256, help="held-out evaluation lines (positions)")
     p.add_argument("--label_depth", type=int, default=8, help="Stockfish depth that labels P: rows")
     p.add_argument("--max_plies", type=int, default=24,
                    help="games stop after this many plies, so positions come from the opening (plies 4 to N-1):\n"
                         "a narrower distribution a sub-million-parameter model can learn within a CPU budget")
     p.add_argument("--eval_depth", type=int, default=8, help="Stockfish depth for evaluation")
-    p.add_argument("--n_layer", type=int, default=4)
+    p.add_argument("--tokenizer", choices=("move", "char"), default="move",
+                   help="move: one token per UCI move, else one per character (rookgrpo.tiny_model.TOKENIZERS)")
+    p.add_argument("--n_layer", type=int, default=6)
     p.add_argument("--n_head", type=int, default=4)
-    p.add_argument("--n_embd", type=int, default=128)
-    p.add_argument("--epochs", type=float, default=1.3)
-    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--n_embd", type=int, default=224)
+    p.add_argument("--sft_a_share", type=float, default=0.5,
+                   help="share of A: lines in the SFT mix: all P: lines are used and A: lines are drawn to this share\n"
+                        "(the data stage makes more than a CPU budget can train on)")
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--workers", type=int, default=2, help="Stockfish processes")
     p.add_argument("--stage", choices=("all", "data", "sft", "finish"), default="all",
                    help="run one stage (data, sft, finish) or all three")
-    p.add_argument("--bf16", action="store_true",
-                   help="bf16 autocast, weights stay fp32: for GPUs (on the 2-core reference CPU it saved nothing)")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
+                   help="bf16 autocast, weights stay fp32: on the 2-core reference CPU (AMX) it halves the step time\n"
+                        "of the default model; --no-bf16 for a CPU without bf16 units")
     p.add_argument("--max_steps", type=int, default=-1, help="cap SFT steps (timing runs); -1 trains all epochs")
     args = p.parse_args(argv)
-    for name in ("n_lines", "n_eval", "n_layer", "n_head", "n_embd", "batch_size", "workers"):
+    for name in ("n_lines", "n_games", "n_eval", "n_layer", "n_head", "n_embd", "batch_size", "workers"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    for name in ("a_share", "sft_a_share"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            p.error(f"--{name} must be within [0, 1], got {getattr(args, name)}")
     if args.n_embd % args.n_head:
         p.error(f"--n_embd ({args.n_embd}) must be a multiple of --n_head ({args.n_head})")
     return args
 
 
+# Share of A: lines in the held-out splits (evaluation and GRPO positions), about RookWorld's mix, so the evaluation
+# measures the policy task mostly whatever share of A: lines the SFT data has.
+HELD_OUT_A_SHARE = 0.25
+
+
 def data_cache(args, work: Path) -> Path:
     """The generated lines, cached by what they depend on; a ``.json`` beside it holds how long they took."""
-    return work / f"lines-{args.n_lines}-seed{args.seed}-d{args.label_depth}-plies{args.max_plies}.txt"
+    return work / (f"lines-{args.n_lines}-a{args.a_share}-g{args.n_games}-seed{args.seed}-d{args.label_depth}"
+                   f"-plies{args.max_plies}.txt")
 
 
 def _cpu() -> str:
@@ -99,12 +121,13 @@ def make_data(args, work: Path) -> dict[str, list[str]]:
         t0 = time.time()
         settings = EngineSettings(depth=args.label_depth, workers=args.workers)
         lines = generate(args.n_lines, tasks=("P", "A"), seed=args.seed, settings=settings, layout=COMPACT,
-                         max_plies=args.max_plies)
+                         max_plies=args.max_plies, a_share=args.a_share, n_games=args.n_games)
         write_lines(lines, str(cache))
         info = {"seconds": round(time.time() - t0), "machine": _cpu(), "stockfish_workers": args.workers}
         cache.with_suffix(".json").write_text(json.dumps(info, indent=2))
     # Split by the position a line is about (P: its FEN, A: the FEN before the move), so no held-out position is
-    # ever seen in SFT. Positions are shuffled with the seed; the first go to eval, the next to GRPO, the rest SFT.
+    # ever seen in SFT. Positions are shuffled with the seed and fill the eval split, then the GRPO split, each up to
+    # its line count with a fixed A: share (HELD_OUT_A_SHARE, whatever --a_share the SFT mix has); the rest is SFT.
     def key(line: str) -> str:
         return line[3:].split(" M:")[0].split("+")[0].strip()
 
@@ -113,9 +136,17 @@ def make_data(args, work: Path) -> dict[str, list[str]]:
     by_pos: dict[str, list[str]] = {}
     for line in lines:
         by_pos.setdefault(key(line), []).append(line)
+    quota = {name: {"A": round(n * HELD_OUT_A_SHARE), "P": n - round(n * HELD_OUT_A_SHARE)}
+             for name, n in (("eval", args.n_eval), ("grpo", args.n_grpo))}
     splits: dict[str, list[str]] = {"eval": [], "grpo": [], "sft": []}
     for pos in positions:
-        name = "eval" if len(splits["eval"]) < args.n_eval else "grpo" if len(splits["grpo"]) < args.n_grpo else "sft"
+        need = {"A": 0, "P": 0}
+        for line in by_pos[pos]:
+            need[line[0]] += 1
+        name = next((n for n, q in quota.items() if all(need[t] <= q[t] for t in need)), "sft")
+        if name != "sft":
+            for t in need:
+                quota[name][t] -= need[t]
         splits[name] += by_pos[pos]
     return splits
 
@@ -130,7 +161,20 @@ def to_pairs(lines: list[str]):
 
 
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
-SFT_ARGS = ("seed", "n_layer", "n_head", "n_embd", "epochs", "lr", "batch_size", "max_steps", "bf16")
+SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "sft_a_share", "epochs", "lr", "batch_size",
+            "max_steps", "bf16")
+
+
+def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
+    """All P: lines and as many A: lines (a seeded draw, file order kept) as make ``a_share`` of the mix."""
+    p_lines = [line for line in lines if line.startswith("P:")]
+    a_lines = [line for line in lines if not line.startswith("P:")]
+    if a_share >= 1.0 or not p_lines:
+        return lines
+    want = min(len(a_lines), round(len(p_lines) * a_share / (1.0 - a_share)))
+    keep = set(random.Random(f"{seed}-sft-mix").sample(range(len(a_lines)), want))
+    kept = iter(i in keep for i in range(len(a_lines)))
+    return [line for line in lines if line.startswith("P:") or next(kept)]
 
 
 def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
@@ -144,12 +188,23 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
 
     from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
-    longest = max(len(line) for line in sft_lines) + 2
+    from rookgrpo.tiny_model import TOKENIZERS
+
+    sft_lines = sft_mix(sft_lines, args.sft_a_share, args.seed)
+    tokenizer = TOKENIZERS[args.tokenizer]()
+    longest = max(len(tokenizer(line)["input_ids"]) for line in sft_lines + held_lines) + 2
     spec = TinyGPT2Spec(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                        n_positions=max(256, 64 * ((longest + 63) // 64)), seed=args.seed)
+                        n_positions=max(256, 64 * ((longest + 63) // 64)), seed=args.seed, tokenizer=args.tokenizer)
     init = work / "init"
-    shutil.rmtree(init, ignore_errors=True)
-    build_tiny_gpt2(init, spec)
+    checkpoint = _last_checkpoint(work / "sft", args)
+    if checkpoint is None:
+        shutil.rmtree(work / "sft", ignore_errors=True)
+        shutil.rmtree(init, ignore_errors=True)
+        build_tiny_gpt2(init, spec)
+        (work / "sft").mkdir(parents=True)
+        (work / "sft" / "build_args.json").write_text(json.dumps({k: getattr(args, k) for k in SFT_ARGS}))
+    else:
+        print(f"sft: resuming from {checkpoint}", flush=True)
     gpu = torch.cuda.is_available()
     train, held = to_pairs(sft_lines), to_pairs(held_lines)
     steps = args.max_steps if args.max_steps > 0 else int(args.epochs * -(-len(train) // args.batch_size))
@@ -163,13 +218,16 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # legal moves; this one (whole line, openings) reached 35%. Both changed at once, so neither gets the credit.
         completion_only_loss=False,
         logging_steps=max(1, steps // 200), eval_strategy="steps", eval_steps=max(1, steps // 8),
-        save_strategy="no", report_to="none", dataloader_num_workers=2 if gpu else 0, gradient_checkpointing=False,
+        # A checkpoint every eighth of the run: a stopped build resumes from the last one (same arguments).
+        save_strategy="steps", save_steps=max(1, steps // 8), save_total_limit=1, report_to="none", dataloader_num_workers=2 if gpu else 0, gradient_checkpointing=False,
+        # Eager attention: with bf16 autocast on the 2-core reference CPU it ran a step ~15% faster than SDPA.
+        model_init_kwargs={"attn_implementation": "eager"},
         # Random order, not grouped by length: grouping halved the step time but made batches single-task (P: and
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
     trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held)
     t0 = time.time()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - t0
     final = work / "final"
     shutil.rmtree(final, ignore_errors=True)
@@ -181,6 +239,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     evals = [h["eval_loss"] for h in history if "eval_loss" in h]
     info = {
         "seconds": round(seconds), "steps": trainer.state.global_step, "train_lines": len(train),
+        "resumed_from": checkpoint.name if checkpoint else None,
         "device": torch.cuda.get_device_name(0) if gpu else _cpu(),
         "torch": torch.__version__, "final_train_loss": losses[-1] if losses else None,
         "final_eval_loss": evals[-1] if evals else None,
@@ -189,6 +248,26 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     (work / "sft_info.json").write_text(json.dumps(info, indent=2))
     print("sft:", info, flush=True)
     return final
+
+
+def _sft_done(work: Path, args) -> bool:
+    info = work / "sft_info.json"
+    return ((work / "final" / "config.json").exists() and info.exists()
+            and json.loads(info.read_text()).get("args") == {k: getattr(args, k) for k in SFT_ARGS})
+
+
+def _last_checkpoint(sft_dir: Path, args) -> Path | None:
+    """The SFT checkpoint to resume from: the latest in ``sft_dir`` if it was written with these arguments."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    saved = sft_dir / "build_args.json"
+    if not sft_dir.is_dir() or not saved.exists():
+        return None
+    if json.loads(saved.read_text()) != {k: getattr(args, k) for k in SFT_ARGS}:
+        print(f"sft: {sft_dir} holds a run with other arguments; starting over", flush=True)
+        return None
+    last = get_last_checkpoint(str(sft_dir))
+    return Path(last) if last else None
 
 
 def read_splits(work: Path) -> dict[str, list[str]]:
@@ -218,8 +297,11 @@ def main(argv=None) -> int:
         (work / "data_info.json").write_text(json.dumps(data_info, indent=2))
         print(data_info, flush=True)
     if args.stage in ("all", "sft"):
-        splits = read_splits(work)
-        sft(args, work, splits["sft"], splits["grpo"])
+        if _sft_done(work, args):
+            print(f"sft: {work / 'final'} was trained with these arguments already; skipping (delete it to retrain)")
+        else:
+            splits = read_splits(work)
+            sft(args, work, splits["sft"], splits["grpo"])
     if args.stage in ("all", "finish"):
         finish(args, work, read_splits(work), argv)
     print(f"stage {args.stage} done in {time.time() - t0:.0f}s")
@@ -266,7 +348,7 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
         "splits": {k: len(v) for k, v in splits.items()},
         "stages": {**stage_info, "finish": {"seconds": round(t_eval)}},
         "parameters": _n_params(model_dir),
-        "eval": {k: v for k, v in metrics.items() if k not in ("samples", "model", "data")},
+        "eval": {k: v for k, v in metrics.items() if k not in ("samples", "model", "data", "per_row")},
         "samples": metrics["samples"],
     }
     (tmp / "build_info.json").write_text(json.dumps(build, indent=2))
@@ -302,8 +384,9 @@ def model_card(build: dict, table: str) -> str:
     precision = "bf16 autocast" if a.get("bf16") else "fp32"
     return f"""# rookgrpo/tiny-rookworld
 
-A {build['parameters'] / 1e6:.2f}M-parameter character-level GPT-2 ({a['n_layer']} layers, {a['n_head']} heads,
-width {a['n_embd']}) that has learned the RookWorld text formats by supervised fine-tuning. It is rookgrpo's
+A {build['parameters'] / 1e6:.2f}M-parameter GPT-2 ({a['n_layer']} layers, {a['n_head']} heads, width {a['n_embd']},
+{TOKENIZER_TEXT[a.get('tokenizer', 'char')]}) that has learned the RookWorld text formats by supervised fine-tuning.
+It is rookgrpo's
 embedded default: `make train` runs GRPO on it with no network. It is a starting point with room to improve,
 not a chess player, and it knows openings only: every position it was taught comes from the first
 {a.get('max_plies', '?')} plies of a game, so later positions are outside what it has seen.
@@ -312,15 +395,17 @@ not a chess player, and it knows openings only: every position it was taught com
 
 `{build['command']}` (seed {a['seed']}):
 
-- data: {a['n_lines']} RookWorld lines (compact layout, P: and A: tasks) from `rookgrpo.chess.data.generate`, from
-  games stopped after {a.get('max_plies', '?')} plies, so every position is an opening one (plies 4 and up);
-  P: rows labelled by Stockfish at depth {a['label_depth']}; split by position into SFT
-  ({build['splits']['sft']} lines), GRPO training positions ({build['splits']['grpo']}, `train_positions.txt`) and
-  held-out evaluation positions ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
-- SFT: TRL `SFTTrainer`, prompt/completion pairs with the loss on the whole line, {a['epochs']} epochs, lr
-  {a['lr']} cosine, batch {a['batch_size']}, {precision}; final train loss
+- data: {a['n_lines']} RookWorld lines (compact layout, {a.get('a_share', 0.27):.0%} A:, the rest P:) from
+  `rookgrpo.chess.data.generate`, from {a.get('n_games') or 'about one game per ten lines of'} games stopped after
+  {a.get('max_plies', '?')} plies, so every position is an opening one (plies 4 and up); P: rows labelled by
+  Stockfish at depth {a['label_depth']}; split by position into SFT ({build['splits']['sft']} lines), GRPO training
+  positions ({build['splits']['grpo']}, `train_positions.txt`) and held-out evaluation positions
+  ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
+- SFT: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to {a.get('sft_a_share', 1.0):.0%} of the
+  mix ({sft.get('train_lines', '?')} lines), prompt/completion pairs with the loss on the whole line, {a['epochs']}
+  epochs, lr {a['lr']} cosine, batch {a['batch_size']}, {precision}; final train loss
   {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions {_fmt(sft.get('final_eval_loss'))} (nats per
-  character).
+  token).
 - run time: data {_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}
   Stockfish processes; SFT {_fmt(sft.get('seconds'))} s ({sft.get('steps', '?')} steps) on {sft.get('device', '?')};
   evaluation {build['stages']['finish']['seconds']} s.
@@ -333,6 +418,9 @@ not a chess player, and it knows openings only: every position it was taught com
 
 Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-eval --depth {a['eval_depth']}`.
 """
+
+
+TOKENIZER_TEXT = {"move": "one token per UCI move and per character otherwise", "char": "one token per character"}
 
 
 def _fmt(value) -> str:

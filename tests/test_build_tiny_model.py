@@ -9,7 +9,7 @@ import json
 from conftest import REPO, run_cli, venv_bin
 
 SCRIPT = str(REPO / "scripts" / "build_tiny_model.py")
-TOY = ["--n_lines", "40", "--n_eval", "4", "--n_grpo", "6", "--label_depth", "4", "--eval_depth", "4",
+TOY = ["--n_lines", "40", "--n_games", "8", "--n_eval", "4", "--n_grpo", "6", "--label_depth", "4", "--eval_depth", "4",
        "--workers", "2", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--batch_size", "8", "--max_steps", "3"]
 
 

@@ -128,6 +128,24 @@ def test_cli_generate_and_evaluate_end_to_end(tmp_path):
         assert change == pytest.approx(-0.5 if baseline == build_info else 0.0, abs=1e-3), row
 
 
+def test_comparison_pairs_the_rows_of_the_same_prompts():
+    from rookgrpo.evaluate import format_comparison, paired
+
+    def ev(rows, sha="same"):
+        return {"best_move_accuracy": sum(rows) / len(rows), "best_move_accuracy_se": 0.25, "n_policy": 4, "n_env": 0,
+                "per_row": {"best_move_accuracy": rows}, "prompts_sha1": sha}
+
+    before, after = ev([1, 0, 1, 0]), ev([1, 1, 1, 0])
+    # Row differences [0, 1, 0, 0]: mean 0.25, standard error 0.25; unpaired, the two 0.25 errors add to 0.354.
+    assert paired(before, after, "best_move_accuracy") == pytest.approx((0.25, 0.25, "paired"))
+    diff, se, how = paired(before, ev([1, 1, 1, 0], sha="other prompts"), "best_move_accuracy")
+    assert how == "independent" and se == pytest.approx(0.3536, abs=1e-4)
+    assert format_comparison(before, after).endswith("paired by position)")
+    # A model's build_info.json has no per-row values: the comparison says it treated the two as independent.
+    legacy = {k: v for k, v in before.items() if k != "per_row"}
+    assert "treated as independent" in format_comparison(legacy, after)
+
+
 def test_evaluate_runs_on_a_gpt2_bpe_model_with_rookworld_layout(tmp_path, engine_settings):
     """RookWorld-LM-124M's shape (GPT-2, byte-level BPE, padded P: lines), built locally at toy size."""
     path = SHARED_DATA / "rook_val_500.txt"

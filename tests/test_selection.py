@@ -103,6 +103,25 @@ def test_greso_p_follows_the_flat_share_target():
     assert rule.p[1] == 1.0
 
 
+def test_resampling_draws_its_replacements_with_the_selectors_keep_probabilities():
+    from types import SimpleNamespace
+
+    selection = PromptSelection(rule="greso", p_start=0.05)
+    for i in range(8):
+        selection.history.observe(i, i % 2 == 1, "low", step=0)
+    weights = selection.replacement_weights(list(range(8)) + [100])
+    assert weights[0] == 1.0 and weights[1] == pytest.approx(0.05) and weights[8] == 1.0  # never drawn: kept
+    trainer = SimpleNamespace(args=SimpleNamespace(seed=0), state=SimpleNamespace(global_step=3))
+    picks = ZeroStdResampling()._draw(trainer, 9, 4000, weights)
+    odd = sum(p % 2 == 1 for p in picks if p < 8) / len(picks)
+    assert odd == pytest.approx(4 * 0.05 / (5 + 4 * 0.05), abs=0.015)  # uniform would give 4/9
+    # Identical on every rank (same seed, step and draw count), and uniform without a selector.
+    again = ZeroStdResampling()._draw(trainer, 9, 4000, weights)
+    assert picks == again
+    uniform = ZeroStdResampling()._draw(trainer, 9, 4000)
+    assert sum(p % 2 == 1 for p in uniform if p < 8) / 4000 == pytest.approx(4 / 9, abs=0.03)
+
+
 def test_training_with_selection_skips_the_flat_prompts_and_logs_it(tiny_model_dir, flat_dataset, tmp_path):
     selection = PromptSelection(rule="greso", p_start=0.05, target_flat=0.0)
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=mostly_flat,

@@ -1,11 +1,12 @@
-"""The tiny character-level model: lossless tokenization of RookWorld text, deterministic weights, loadable by TRL."""
+"""The tiny model: lossless tokenization of RookWorld text (char and move level), deterministic weights, loads in TRL."""
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import SHARED_DATA
-from rookgrpo.tiny_model import TinyGPT2Spec, build_char_tokenizer, build_tiny_gpt2
+from rookgrpo.chess.data import rookworld_row
+from rookgrpo.tiny_model import TinyGPT2Spec, build_char_tokenizer, build_move_tokenizer, build_tiny_gpt2, geometric_moves
 
 
 def test_tokenizer_round_trips_real_rookworld_lines():
@@ -26,6 +27,42 @@ def test_environment_task_text_round_trips():
     # A prompt's tokens followed by the completion's are the full line's tokens (char level splits anywhere).
     cut = line.index("+", line.index("+", line.index("+") + 1) + 1) + 1
     assert tok(line[:cut])["input_ids"] + tok(line[cut:])["input_ids"] == tok(line)["input_ids"]
+
+
+def test_move_tokenizer_round_trips_and_splits_prompt_from_completion_on_real_lines():
+    path = SHARED_DATA / "rook_val_500.txt"
+    if not path.exists():
+        pytest.skip("shared RookWorld validation file not present")
+    tok = build_move_tokenizer()
+    moves = set(geometric_moves())
+    n_move_tokens = 0
+    for line in path.read_text().splitlines():
+        row = rookworld_row(line)
+        text = row["prompt"] + row["completion"]
+        ids = tok(text)["input_ids"]
+        assert tok.unk_token_id not in ids and tok.decode(ids) == text
+        # GRPO tokenizes the prompt and the completion apart: their tokens must be the whole line's.
+        assert tok(row["prompt"])["input_ids"] + tok(row["completion"])["input_ids"] == ids
+        pieces = tok.convert_ids_to_tokens(ids)
+        n_move_tokens += sum(p in moves for p in pieces)
+        # Every move in the text is one token, and nothing else is longer than a character or a square.
+        words = text.replace("+", " ").split()
+        assert sum(w in moves for w in words) == sum(p in moves for p in pieces)
+        assert all(len(p) == 1 or p in moves or len(p) == 2 for p in pieces)
+    assert n_move_tokens > 1000
+
+
+def test_move_tokenizer_keeps_fen_ranks_and_impossible_moves_as_characters():
+    tok = build_move_tokenizer()
+    # b1b4 inside a FEN rank is not a move; a1c4 is move-shaped but no piece moves so, so it stays two squares; a
+    # promotion is one token; the vocabulary is the characters, the squares and the 1968 moves.
+    assert tok.tokenize("P: 1b1b4/8 w - - 0 1 M: a1c4 g7g8n") == [
+        "P", ":", " ", "1", "b", "1", "b", "4", "/", "8", " ", "w", " ", "-", " ", "-", " ", "0", " ", "1", " ",
+        "M", ":", " ", "a1", "c4", " ", "g7g8n"]
+    assert len(tok) == len(build_char_tokenizer()) + 64 + 1968
+    for text in ("e2e4e2e4", "xe2e4", "e2e4/", "A: x+e2e4+e2e4 e7e5+"):
+        assert tok.decode(tok(text)["input_ids"]) == text
+    assert tok.tokenize("+e2e4+e2e4 e7e5+") == ["+", "e2e4", "+", "e2e4", " ", "e7e5", "+"]
 
 
 def test_build_is_deterministic_and_loads_with_auto_classes(tmp_path):

@@ -9,6 +9,7 @@ before/after difference can be told from noise. The same reward code scores trai
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections import Counter
@@ -122,6 +123,9 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
         mean, se = mean_se(values)
         metrics[name] = mean
         metrics[f"{name}_se"] = se
+    # Per-row values, so two evaluations of the same prompts compare position by position (format_comparison).
+    metrics["per_row"] = per_metric
+    metrics["prompts_sha1"] = hashlib.sha1("\n".join(prompts).encode()).hexdigest()
     return metrics
 
 
@@ -175,20 +179,38 @@ def format_table(metrics: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_comparison(before: dict[str, Any], after: dict[str, Any]) -> str:
-    """Before → after per metric, with the difference in units of its standard error (|z| >= 2: likely signal).
+def paired(before: dict[str, Any], after: dict[str, Any], key: str) -> tuple[float, float, str]:
+    """``(change, standard error of the change, how)`` for one metric of two evaluations.
 
-    The standard error of the difference treats the two evaluations as independent, which is conservative for the
-    same positions (a paired comparison would be tighter).
+    Paired when both hold per-row values for the same prompts (``per_row``, ``prompts_sha1``): the standard error of
+    the mean per-row difference, which is what "did this model change on these positions" needs. Otherwise the two
+    are treated as independent samples, which overstates the error for the same positions.
+    """
+    diff = after[key] - before[key]
+    rows_b, rows_a = (m.get("per_row", {}).get(key) for m in (before, after))
+    if rows_b and rows_a and len(rows_b) == len(rows_a) and before.get("prompts_sha1") == after.get("prompts_sha1"):
+        _, se = mean_se([a - b for a, b in zip(rows_a, rows_b)])
+        return diff, se, "paired"
+    return diff, math.sqrt(before[key + "_se"] ** 2 + after[key + "_se"] ** 2), "independent"
+
+
+def format_comparison(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Before → after per metric, with the change in units of its standard error (|z| >= 2: likely signal).
+
+    Evaluations of the same prompts compare row by row (:func:`paired`); the last line says which was used.
     """
     lines = [f"{'metric':44s} {'before':>8s} {'after':>8s} {'change':>8s} {'z':>6s}", "-" * 78]
+    hows = set()
     for key, label in METRIC_ROWS:
         if key in before and key in after:
-            diff = after[key] - before[key]
-            se = math.sqrt(before[key + "_se"] ** 2 + after[key + "_se"] ** 2)
+            diff, se, how = paired(before, after, key)
+            hows.add(how)
             z = diff / se if se > 0 else float("nan")
             lines.append(f"{label:44s} {before[key]:8.3f} {after[key]:8.3f} {diff:+8.3f} {z:6.1f}")
-    lines.append(f"(P: rows {after['n_policy']}, A: rows {after['n_env']}; z = change / standard error of the change)")
+    how = ("paired by position" if hows == {"paired"} else
+           "the evaluations treated as independent (not the same prompts, or no per-row values)")
+    lines.append(f"(P: rows {after['n_policy']}, A: rows {after['n_env']}; z = change / standard error of the change, "
+                 f"{how})")
     return "\n".join(lines)
 
 

@@ -1,8 +1,10 @@
-"""A tiny character-level GPT-2 for tests, smoke runs and the embedded default.
+"""A tiny GPT-2 for tests, smoke runs and the embedded default, with a character or a move-level tokenizer.
 
 Why character level: RookWorld text (FENs, UCI moves, evals) is a small alphabet, so a char tokenizer needs no
 training, tokenizes every string the same way in prompt and completion, and keeps the model small enough to train on
-a laptop CPU. The tokenizer is a real ``PreTrainedTokenizerFast`` (built with ``tokenizers``) and the model a real
+a laptop CPU. The move-level tokenizer (:func:`build_move_tokenizer`) adds one token per UCI move a piece can make,
+so choosing a move is one prediction instead of four, and RookWorld lines get shorter; everything else stays one
+character per token. The tokenizer is a real ``PreTrainedTokenizerFast`` (built with ``tokenizers``) and the model a real
 ``GPT2LMHeadModel``, saved with ``save_pretrained`` so TRL can load both (and the reference model) from a path.
 """
 
@@ -27,7 +29,6 @@ def build_char_tokenizer(charset: str = CHARSET):
     Characters outside ``charset`` map to EOS's id would be lossy, so they map to a dedicated ``<unk>`` token instead.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
 
     specials = [EOS_TOKEN, PAD_TOKEN, "<unk>"]
     chars = list(dict.fromkeys(charset))  # keep order, drop repeats
@@ -35,6 +36,12 @@ def build_char_tokenizer(charset: str = CHARSET):
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     tok.decoder = decoders.Fuse()
+    return _fast(tok)
+
+
+def _fast(tok):
+    from transformers import PreTrainedTokenizerFast
+
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=EOS_TOKEN,
@@ -48,6 +55,64 @@ def build_char_tokenizer(charset: str = CHARSET):
     )
 
 
+FILES, RANKS = "abcdefgh", "12345678"
+SQUARES = [f + r for r in RANKS for f in FILES]
+# A move-shaped word: four square characters and an optional promotion piece, standing alone between spaces, ``+``
+# (the A: task's field separator) or the text's ends. A FEN rank such as ``b1b4`` sits between ``/`` and is not one.
+MOVE_WORD = r"(?<![^ +\n])[a-h][1-8][a-h][1-8][qrbn]?(?![^ +\n])"
+
+
+def geometric_moves() -> list[str]:
+    """Every UCI move some piece could make on an empty board (queen and knight lines, pawn promotions): 1968.
+
+    >>> moves = geometric_moves()
+    >>> len(moves), moves[:3], "e7e8q" in moves, "a1c4" in moves
+    (1968, ['a1b1', 'a1c1', 'a1d1'], True, False)
+    """
+    out = []
+    for i, frm in enumerate(SQUARES):
+        for j, to in enumerate(SQUARES):
+            df, dr = abs(i % 8 - j % 8), abs(i // 8 - j // 8)
+            if i != j and (df == 0 or dr == 0 or df == dr or {df, dr} == {1, 2}):
+                out.append(frm + to)
+    for from_rank, to_rank in (("7", "8"), ("2", "1")):
+        for a, f in enumerate(FILES):
+            for b, t in enumerate(FILES):
+                if abs(a - b) <= 1:
+                    out += [f + from_rank + t + to_rank + p for p in "qrbn"]
+    return out
+
+
+def build_move_tokenizer(charset: str = CHARSET):
+    """Return a ``PreTrainedTokenizerFast`` with one token per UCI move (:func:`geometric_moves`) and per character.
+
+    A BPE whose merges only join a move-shaped word (:data:`MOVE_WORD`): its two squares first, then the squares
+    into the move, then a promotion piece. A move-shaped word that no piece can play (``a1c4``, an illegal answer)
+    stays two square tokens, so every text still round-trips; all other text is one token per character, as in
+    :func:`build_char_tokenizer`.
+
+    >>> tok = build_move_tokenizer()
+    >>> tok.tokenize("1b1b4/8 M: e2e4 e7e8q a1c4+")
+    ['1', 'b', '1', 'b', '4', '/', '8', ' ', 'M', ':', ' ', 'e2e4', ' ', 'e7e8q', ' ', 'a1', 'c4', '+']
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    specials = [EOS_TOKEN, PAD_TOKEN, "<unk>"]
+    chars = list(dict.fromkeys(charset))
+    moves = geometric_moves()
+    merges = [(f, r) for r in RANKS for f in FILES]  # squares
+    merges += [(m[:2], m[2:4]) for m in moves if len(m) == 4]  # from + to
+    merges += [(m[:4], m[4]) for m in moves if len(m) == 5]  # + promotion piece
+    vocab = {tok: i for i, tok in enumerate(specials + chars + SQUARES + moves)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(MOVE_WORD + "|."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return _fast(tok)
+
+
+TOKENIZERS = {"char": build_char_tokenizer, "move": build_move_tokenizer}
+
+
 @dataclass(frozen=True)
 class TinyGPT2Spec:
     """Size of the tiny model. The defaults give ~0.1M parameters: fast enough for multi-process CPU tests."""
@@ -57,10 +122,11 @@ class TinyGPT2Spec:
     n_embd: int = 32
     n_positions: int = 512
     seed: int = 0
+    tokenizer: str = "char"  # or "move": see TOKENIZERS
 
 
 def build_tiny_gpt2(out_dir: str | os.PathLike, spec: TinyGPT2Spec = TinyGPT2Spec(), charset: str = CHARSET) -> Path:
-    """Build a randomly initialised char-level GPT-2 and its tokenizer, and save both to ``out_dir``.
+    """Build a randomly initialised GPT-2 and its tokenizer (``spec.tokenizer``), and save both to ``out_dir``.
 
     Deterministic for a given ``spec`` (the weights come from ``spec.seed``). Writing goes through a temporary
     directory and an atomic rename, so concurrent callers never see a half-written model. Under an initialised
@@ -73,7 +139,9 @@ def build_tiny_gpt2(out_dir: str | os.PathLike, spec: TinyGPT2Spec = TinyGPT2Spe
     out_dir = Path(out_dir)
     if (out_dir / "config.json").exists():
         return out_dir
-    tokenizer = build_char_tokenizer(charset)
+    if spec.tokenizer not in TOKENIZERS:
+        raise ValueError(f"TinyGPT2Spec.tokenizer: expected one of {sorted(TOKENIZERS)}, got {spec.tokenizer!r}.")
+    tokenizer = TOKENIZERS[spec.tokenizer](charset)
     config = GPT2Config(
         vocab_size=len(tokenizer),
         n_layer=spec.n_layer,

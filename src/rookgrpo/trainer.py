@@ -207,6 +207,12 @@ class RookGRPOTrainer(GRPOTrainer):
             self._pool_by_task = indices_by_task(self.train_dataset[self.args.task_column])
         return self._pool_by_task.get(batch_task(inputs, self.args.task_column), list(range(n)))
 
+    def _replacement_weights(self, pool: list[int]) -> list[float] | None:
+        """How likely each pool prompt is to be drawn as a replacement: the selecting callback's keep probabilities
+        (``prompt_selection``), so resampling skips prompts it predicts flat too; ``None`` (uniform) without one."""
+        selector = next((cb for cb in self._rook_callbacks() if hasattr(cb, "replacement_weights")), None)
+        return None if selector is None else selector.replacement_weights(pool)
+
     CALLBACK_STATE_FILE = "rookgrpo_callbacks.json"
 
     def _rook_callbacks(self) -> list:

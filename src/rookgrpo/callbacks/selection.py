@@ -15,6 +15,9 @@ the skipped prompts whose group was flat when last drawn; logged when some were 
 and ``select/flat_after_signal``, the share of redrawn prompts whose group came out flat again, among those whose last
 group was flat and among those whose last group had signal (cumulative). Selection can only help where the first is
 well above the second.
+
+With ``zero_std_resampling``, the resampler draws its replacement prompts in proportion to the same keep
+probabilities (:meth:`PromptSelection.replacement_weights`), so both skip what the history predicts flat.
 """
 
 from __future__ import annotations
@@ -81,6 +84,11 @@ class PromptSelection(RookCallback):
                                 repeat_count=trainer.num_iterations * trainer.args.steps_per_generation,
                                 shuffle=getattr(trainer, "shuffle_dataset", True), seed=trainer.args.seed, tasks=tasks,
                                 max_skips=self.max_skips)
+
+    def replacement_weights(self, pool: list[int]) -> list[float]:
+        """Keep probability of each pool prompt (dataset index = prompt id): the resampler draws replacements in
+        proportion, so it passes over predicted-flat prompts as the sampler does (with the same exploration)."""
+        return [self.rule.keep_probability(self.history.record(i)) for i in pool]
 
     def on_scored_batch(self, trainer, scored) -> None:
         if not trainer.model.training:

@@ -95,12 +95,13 @@ class ZeroStdResampling(RookCallback):
         rounds = extra = replaced = 0
         rescored_before = self.rescored_rows
         pool = trainer._replacement_pool(scored.inputs)
+        weights = trainer._replacement_weights(pool) if hasattr(trainer, "_replacement_weights") else None
         while rounds < self.max_rounds:
             need = max(sum(z) for z in zero)
             if need == 0:
                 break
             rounds += 1
-            picks = self._draw(trainer, len(pool), world * need)[rank * need:(rank + 1) * need]
+            picks = self._draw(trainer, len(pool), world * need, weights)[rank * need:(rank + 1) * need]
             rows = [dict(trainer.train_dataset[int(pool[i])]) for i in picks for _ in range(G)]
             out, rpf = scored.score(rows)
             tables.append(_completion_table(trainer, world * need * G))
@@ -171,14 +172,21 @@ class ZeroStdResampling(RookCallback):
         lengths = trainer.accelerator.gather(scored.output["completion_mask"].sum(dim=1).float())
         metrics["optimised/completions/mean_length"].append(lengths.mean().item())
 
-    def _draw(self, trainer, pool_size: int, n: int) -> list[int]:
-        """``n`` indices into the pool, identical on every rank: seeded by (seed, step, draw counter)."""
+    def _draw(self, trainer, pool_size: int, n: int, weights: list[float] | None = None) -> list[int]:
+        """``n`` indices into the pool, identical on every rank: seeded by (seed, step, draw counter).
+
+        Uniform, or in proportion to ``weights`` (a selector's keep probabilities, identical on every rank) when they
+        are given and not all zero.
+        """
         if pool_size == 0:
             raise ConfigError("zero_std_resampling: no prompts to draw replacements from (empty pool).")
         seed = trainer.args.seed if self.seed is None else self.seed
         key = f"{seed}-{trainer.state.global_step}-{self._draws}".encode()
         self._draws += 1
         generator = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+        if weights is not None and sum(weights) > 0:
+            w = torch.tensor(weights, dtype=torch.float64)
+            return torch.multinomial(w, n, replacement=True, generator=generator).tolist()
         return torch.randint(pool_size, (n,), generator=generator).tolist()
 
     def _assemble(self, trainer, outputs, rewards, widths, slots):

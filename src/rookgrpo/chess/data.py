@@ -256,12 +256,15 @@ def env_rows_from_games(games: Sequence[GameRecord], n: int, rng: random.Random,
 
 def generate(n: int, tasks: Sequence[str] = ("P", "A"), seed: int = 0, settings: EngineSettings | None = None,
              layout: str = PADDED, a_share: float = A_SHARE, random_move_prob: float = 0.35,
-             play_depth: int = 4, max_plies: int = 160, progress: bool = True) -> list[str]:
+             play_depth: int = 4, max_plies: int = 160, progress: bool = True,
+             n_games: int | None = None) -> list[str]:
     """Generate ``n`` RookWorld lines (P: and/or A:), deterministic for ``seed``.
 
     ``settings`` labels the P: rows (depth/nodes); games are played with a cheaper ``play_depth`` search.
     ``max_plies`` stops each game early: a small value (e.g. 24) keeps every position in the opening, which a small
-    model can learn to play legally from far less data than the whole game.
+    model can learn to play legally from far less data than the whole game. ``n_games`` overrides how many games
+    are played (by default about one per 10 rows): A: rows are sampled from the games' moves, so a large A: share
+    needs no more games than its P: rows do, and playing fewer saves most of the engine time.
     """
     from tqdm.auto import tqdm
 
@@ -280,7 +283,9 @@ def generate(n: int, tasks: Sequence[str] = ("P", "A"), seed: int = 0, settings:
                                    workers=settings.workers, timeout=settings.timeout)
     # Each game yields ~10 sampled P: positions and replays (fewer when games are cut short); play enough for variety.
     per_game = min(10, max(1, (max_plies - 4) // 3))
-    n_games = max(4, (n_p + n_a) // per_game + 1)
+    if n_games is not None and n_games < 1:
+        raise ConfigError(f"n_games: expected at least 1, got {n_games}.")
+    n_games = n_games or max(4, (n_p + n_a) // per_game + 1)
     with EnginePool(play_settings) as play_pool:
         games = play_games(play_pool, n_games, seed, progress=progress, random_move_prob=random_move_prob,
                            max_plies=max_plies)
