@@ -1,24 +1,30 @@
 """Prompt selection on real training runs: completions per signal-bearing group and held-out quality, per arm.
 
-The packaged chess model (``rookgrpo/tiny-rookworld``) trains on ``--n-prompts`` of its P: positions (few, so the budget
-passes over them several times: selection needs a history) with a sparse binary reward: 1 when the B: move is in the
-engine's top 5, else 0 (``chess_move_rank > 0``). Many positions are too hard for it, so their
-groups are all-fail (flat) again and again: the regime prompt selection is for. Every arm runs until it has generated
-the same number of completions (``--budget``); arms:
+The packaged chess model (``rookgrpo/tiny-rookworld``) trains on ``--n-prompts`` of its positions (few, so the budget
+passes over them several times: selection needs a history) with a sparse binary reward. Two regimes (``--regime``):
+
+- ``top5``: P: positions, 1 when the B: move is in the engine's top 5 (``chess_move_rank > 0``), else 0. Many
+  positions are too hard for the model, so their groups are all-fail (flat) again and again;
+- ``env_exact``: A: positions, 1 when the whole next-state line is exact (``chess_env == 1``), else 0. Most moves are
+  easy for the model, so their groups are all-pass (flat) again and again: the strong-model regime.
+
+Every arm runs until it has generated the same number of completions (``--budget``); arms:
 
 - ``vanilla``: TRL as it is (flat groups are trained on, with zero advantage);
-- ``resampling``: ``zero_std_resampling`` (max 2 extra rounds);
+- ``dapo``: DAPO's dynamic sampling as verl runs it (``filter_groups``): a generation batch of 3x the trained
+  batch's prompts, groups without reward spread dropped, the first informative ones trained on and the excess
+  dropped; another 3x batch when too few were informative (``zero_std_resampling`` with ``oversample: 3``, at most
+  2 extra rounds);
+- ``resampling``: ``zero_std_resampling`` (max 2 extra rounds, drawing as many prompts as groups came out flat);
 - ``greso+resampling``: ``prompt_selection`` with GRESO's rule, then resampling for what still comes out flat;
 - ``posterior+resampling``: ``prompt_selection`` with the posterior rule, then resampling.
 
 Per arm, mean ± standard error over seeds: completions generated per signal-bearing group trained on (the groups
 of the optimised batches with reward spread; lower is better), generate calls and wall seconds per signal group,
-optimizer steps taken within the budget, and held-out top-5 accuracy (greedy, the 202 held-out P: positions) after
-the run. A verl-faithful DAPO arm (generation batches of 3x new prompts, excess dropped) is not in this benchmark:
-it needs a generation batch larger than the trained batch, which TRL's buffer does not take; its cost on a fixed
-model is in ``bench_resampling.py``.
+optimizer steps taken within the budget, and held-out quality after the run (greedy on the held-out positions of
+the regime's task: top-5 accuracy for P:, exact next state for A:). Ratios are paired by seed.
 
-    python benchmarks/bench_selection.py [--seeds 3] [--budget 1600]
+    python benchmarks/bench_selection.py [--regime top5] [--seeds 3] [--budget 1600]
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from common import finish  # benchmarks/common.py
 
 ARMS = {
     "vanilla": [],
+    "dapo": [{"name": "zero_std_resampling", "max_rounds": 2, "oversample": 3}],
     "resampling": [{"name": "zero_std_resampling", "max_rounds": 2}],
     "greso+resampling": [{"name": "prompt_selection", "rule": "greso", "target_flat": 0.25},
                          {"name": "zero_std_resampling", "max_rounds": 2}],
@@ -58,7 +65,27 @@ class Top5Binary:
         return [None if r is None else float(r > 0) for r in self.inner(prompts, completions, **kwargs)]
 
 
-def run(arm: str, seed: int, budget: int, out: str, n_prompts: int) -> dict:
+class EnvExactBinary:
+    """1.0 when the A: completion is exactly the next state (``chess_env == 1``), else 0.0; None on P: rows."""
+
+    __name__ = "env_exact_binary"
+
+    def __init__(self):
+        from rookgrpo.rewards.chess import ChessEnv
+
+        self.inner = ChessEnv()
+
+    def setup(self, args):
+        return self
+
+    def __call__(self, prompts, completions, **kwargs):
+        return [None if r is None else float(r == 1.0) for r in self.inner(prompts, completions, **kwargs)]
+
+
+REGIMES = {"top5": ("P", Top5Binary), "env_exact": ("A", EnvExactBinary)}
+
+
+def run(arm: str, seed: int, budget: int, out: str, n_prompts: int, regime: str = "top5") -> dict:
     from transformers import TrainerCallback
 
     from bench_resampling import Counter
@@ -67,7 +94,8 @@ def run(arm: str, seed: int, budget: int, out: str, n_prompts: int) -> dict:
     from rookgrpo.callbacks.zero_std import no_signal_groups
     from rookgrpo.chess.data import load_rookworld
 
-    data = load_rookworld("rookgrpo/tiny-rookworld-train", tasks=["P"])
+    task, reward = REGIMES[regime]
+    data = load_rookworld("rookgrpo/tiny-rookworld-train", tasks=[task])
     data = data.select(range(min(n_prompts, len(data))))
     args = RookGRPOConfig(output_dir=out, seed=seed, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
                           learning_rate=5e-5, lr_scheduler_type="constant", beta=0.0, num_generations=8,
@@ -89,7 +117,7 @@ def run(arm: str, seed: int, budget: int, out: str, n_prompts: int) -> dict:
             if counter.completions >= budget:
                 control.should_training_stop = True
 
-    trainer = RookGRPOTrainer(model="rookgrpo/tiny-rookworld", reward_funcs=[Top5Binary()], args=args,
+    trainer = RookGRPOTrainer(model="rookgrpo/tiny-rookworld", reward_funcs=[reward()], args=args,
                               train_dataset=data, callbacks=[*ARMS[arm], SignalCount()])
     counter = Counter(trainer)
     trainer.add_callback(Budget())
@@ -118,6 +146,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--n-prompts", type=int, default=48,
                     help="training positions: few enough that the budget passes over them several times, as it must "
                          "for a history to exist")
+    ap.add_argument("--regime", choices=sorted(REGIMES), default="top5")
     ap.add_argument("--eval_depth", type=int, default=8)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -128,17 +157,19 @@ def main(argv=None) -> dict:
     settings = EngineSettings(depth=args.eval_depth)
     held_out = "rookgrpo/tiny-rookworld-eval"
     base = evaluate("rookgrpo/tiny-rookworld", held_out, settings=settings, progress=False)
+    quality, quality_label = (("top5_accuracy", "held-out top-5 accuracy") if args.regime == "top5" else
+                              ("env_exact_accuracy", "held-out A: exact accuracy"))
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(1, args.seeds + 1):
             for arm in ARMS:  # interleaved, so machine load drifts over all arms alike
-                r = run(arm, seed, args.budget, f"{tmp}/{arm}-{seed}", args.n_prompts)
+                r = run(arm, seed, args.budget, f"{tmp}/{arm}-{seed}", args.n_prompts, args.regime)
                 m = evaluate(r.pop("model"), held_out, settings=settings, progress=False)
-                r.update(top5=m["top5_accuracy"], best=m["best_move_accuracy"], legal=m["legal_move_rate"])
+                r.update(quality=m[quality], legal=m.get("legal_move_rate", float("nan")))
                 runs.append(r)
                 print(r, flush=True)
     lines = ["| arm | completions per signal group | generate calls per signal group | seconds per signal group | "
-             "steps in budget | held-out top-5 accuracy | held-out legal-move rate |",
+             f"steps in budget | {quality_label} | held-out legal-move rate |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     per_arm = {}
     for arm in ARMS:
@@ -147,34 +178,36 @@ def main(argv=None) -> dict:
         per_arm[arm] = per
         lines.append(f"| {arm} | {_mean_se(per['completions'])} | {_mean_se(per['generate_calls'])} | "
                      f"{_mean_se(per['seconds'])} | {_mean_se([r['steps'] for r in rs])} | "
-                     f"{_mean_se([r['top5'] for r in rs])} | {_mean_se([r['legal'] for r in rs])} |")
+                     f"{_mean_se([r['quality'] for r in rs])} | {_mean_se([r['legal'] for r in rs])} |")
     after = [r["flat_after"] for r in runs if r.get("flat_after") and None not in r["flat_after"].values()]
     ratios = []
-    for arm in ("greso+resampling", "posterior+resampling"):
-        paired = [a / b for a, b in zip(per_arm["resampling"]["completions"], per_arm[arm]["completions"])]
-        ratios.append(f"resampling / {arm}: {_mean_se(paired)}")
+    for base_arm, arm in (("dapo", "resampling"), ("dapo", "greso+resampling"), ("dapo", "posterior+resampling"),
+                          ("resampling", "greso+resampling"), ("resampling", "posterior+resampling")):
+        paired = [a / b for a, b in zip(per_arm[base_arm]["completions"], per_arm[arm]["completions"])]
+        ratios.append(f"{base_arm} / {arm}: {_mean_se(paired)}")
     paired = [a / b for a, b in zip(per_arm["greso+resampling"]["completions"],
                                     per_arm["posterior+resampling"]["completions"])]
     ratios.append(f"greso / posterior: {_mean_se(paired)}")
-    lines += ["", f"Start (packaged model): held-out top-5 accuracy {base['top5_accuracy']:.3f} ± "
-              f"{base['top5_accuracy_se']:.3f}, legal-move rate {base['legal_move_rate']:.3f}. Completions per signal "
-              "group, paired by seed (higher: the second arm spends fewer): " + "; ".join(ratios) + "."]
+    lines += ["", f"Start (packaged model): {quality_label} {base[quality]:.3f} ± {base[quality + '_se']:.3f}. "
+              "Completions per signal group, paired by seed (above 1: the second arm spends fewer; the target is 2 "
+              "against dapo): " + "; ".join(ratios) + "."]
     if after:
         lines += ["", "How predictable flatness was (selection arms, end of run): a redrawn prompt's group came out flat "
                   f"again in {_mean_se([a['flat'] for a in after])} of redraws after a flat group and in "
                   f"{_mean_se([a['signal'] for a in after])} after a group with signal."]
     result = {
-        "title": f"Prompt selection on real training runs: completions per signal group ({args.seeds} seeds, "
-                 f"{args.budget} completions each)",
-        "description": (f"tiny-rookworld on {args.n_prompts} of its P: positions with a binary reward (B: in the "
-                        "engine's top 5), "
+        "title": f"Prompt selection on real training runs, {args.regime} regime: completions per signal group "
+                 f"({args.seeds} seeds, {args.budget} completions each)",
+        "description": (f"tiny-rookworld on {args.n_prompts} of its {'P' if args.regime == 'top5' else 'A'}: "
+                        f"positions with a binary reward ({args.regime}: "
+                        f"{'B: in the engine top 5' if args.regime == 'top5' else 'exact next state'}), "
                         f"batches of 4 prompts x 8 completions, each arm stopped after {args.budget} generated "
-                        "completions; mean ± standard error over seeds. Held-out: greedy on the 202 held-out P: "
-                        f"positions, Stockfish depth {args.eval_depth}. No DAPO arm (see the script)."),
-        "runs": runs, "start": {k: base[k] for k in ("top5_accuracy", "legal_move_rate", "best_move_accuracy")},
+                        "completions; mean ± standard error over seeds. Held-out: greedy on the held-out positions, "
+                        f"Stockfish depth {args.eval_depth}."),
+        "runs": runs, "regime": args.regime, "start": {quality: base[quality]},
         "table": "\n".join(lines),
-        "command": f"python benchmarks/bench_selection.py --seeds {args.seeds} --budget {args.budget} "
-                   f"--n-prompts {args.n_prompts}",
+        "command": f"python benchmarks/bench_selection.py --regime {args.regime} --seeds {args.seeds} "
+                   f"--budget {args.budget} --n-prompts {args.n_prompts}",
     }
     return finish(result, args.out)
 

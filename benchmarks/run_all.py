@@ -31,6 +31,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
     ("judge", "bench_judge", ["--seeds", "5"]),
     ("selection", "bench_selection", ["--seeds", "3"]),
+    ("selection_env_exact", "bench_selection", ["--regime", "env_exact", "--seeds", "3"]),
     ("shapes", "bench_shapes", []),
 ]
 

@@ -57,6 +57,19 @@ def test_groups_without_signal_after_the_cap_are_kept_and_counted(tiny_model_dir
     assert cb.totals["groups_kept"] == 4 and cb.totals["groups_replaced"] == 0
 
 
+def test_dapo_style_rounds_draw_a_fixed_multiple_of_the_batch(tiny_model_dir, smoke_dataset, tmp_path):
+    # All groups flat: DAPO (oversample 3) draws two more batches' worth in its first extra round and three in each
+    # later one, whatever the flat count; the default draws as many groups as are flat.
+    flat = smoke_dataset.map(lambda row: {"signal": False})
+    for oversample, expected in ((3, [2 * 8, 3 * 8]), (0, [8, 8])):
+        cb = ZeroStdResampling(max_rounds=2, oversample=oversample)
+        trainer = _trainer(tiny_model_dir, flat, tmp_path / str(oversample), [cb], max_steps=1)
+        trainer.train()
+        assert _history(trainer, "resample/extra_completions") == [float(sum(expected))]
+    with pytest.raises(ConfigError, match="oversample: got 1"):
+        ZeroStdResampling(oversample=1)
+
+
 def test_observing_callbacks_and_zero_rounds_train_exactly_like_vanilla(tiny_model_dir, flat_dataset, tmp_path):
     from trl import GRPOTrainer
 

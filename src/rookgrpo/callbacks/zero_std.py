@@ -41,15 +41,26 @@ class ZeroStdResampling(RookCallback):
 
     Logs per generation batch: ``resample/rounds``, ``resample/frac_zero_std_before``,
     ``resample/frac_zero_std_after``, ``resample/extra_completions``.
+
+    ``oversample: k`` (k >= 2) turns it into DAPO's dynamic sampling as verl runs it, for comparisons: each extra
+    round draws a fixed number of groups (k - 1 batches' worth, then k), not as many as are flat.
     """
 
     state_key = "zero_std_resampling"
     changes_batch = True
 
-    def __init__(self, max_rounds: int = 2, seed: int | None = None):
+    def __init__(self, max_rounds: int = 2, seed: int | None = None, oversample: int = 0):
         if int(max_rounds) < 0:
             raise ConfigError(f"zero_std_resampling.max_rounds: got {max_rounds}; use 0 (off) or more extra rounds.")
+        if int(oversample) == 1 or int(oversample) < 0:
+            raise ConfigError(f"zero_std_resampling.oversample: got {oversample}; use 0 (draw as many groups as are "
+                              "flat) or a generation batch factor of 2 or more (DAPO-style).")
         self.max_rounds = int(max_rounds)
+        # DAPO-style fixed rounds (verl's filter_groups, as a baseline): a generation batch `oversample` times the
+        # trained one, so the first extra round draws (oversample - 1) batches' worth of groups and each later one
+        # `oversample` batches' worth, whatever the number of flat groups; informative groups fill the flat slots in
+        # generation order and the excess is dropped.
+        self.oversample = int(oversample)
         self.seed = seed
         self.totals = {"batches": 0, "rounds": 0, "extra_completions": 0, "groups_replaced": 0, "groups_kept": 0}
         self._draws = 0
@@ -100,6 +111,8 @@ class ZeroStdResampling(RookCallback):
             need = max(sum(z) for z in zero)
             if need == 0:
                 break
+            if self.oversample:
+                need = (self.oversample - (1 if rounds == 0 else 0)) * n_local
             rounds += 1
             picks = self._draw(trainer, len(pool), world * need, weights)[rank * need:(rank + 1) * need]
             rows = [dict(trainer.train_dataset[int(pool[i])]) for i in picks for _ in range(G)]
