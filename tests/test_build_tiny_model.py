@@ -28,6 +28,14 @@ def test_a_rebuild_with_the_same_seed_is_identical(tmp_path):
     info = [json.loads((d / "build_info.json").read_text()) for d in (first, second)]
     assert info[0]["eval"] == info[1]["eval"]
     assert info[0]["splits"]["sft"] > 0 and info[0]["parameters"] > 0
+    # The held-out splits keep a fixed A: share (a quarter) whatever the generated mix (here 70% A:), and the SFT mix
+    # is every P: line of the SFT split with as many A: lines (sft_a_share 0.5).
+    for name, n in (("eval_positions.txt", 4), ("train_positions.txt", 6)):
+        lines = (first / name).read_text().splitlines()
+        a_quota = round(n * 0.25)
+        assert sum(l.startswith("A:") for l in lines) <= a_quota and sum(l.startswith("P:") for l in lines) <= n - a_quota
+    sft_p = sum(l.startswith("P:") for l in (tmp_path / "first" / "work" / "sft.txt").read_text().splitlines())
+    assert info[0]["stages"]["sft"]["train_lines"] == 2 * sft_p > 0
     card = (first / "README.md").read_text()
     assert card.startswith("# rookgrpo/tiny-rookworld") and "3 steps" in card and "--stage" not in card
 

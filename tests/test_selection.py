@@ -141,6 +141,9 @@ def test_training_with_selection_skips_the_flat_prompts_and_logs_it(tiny_model_d
     assert _history(trainer, "select/flat_after_signal")[-1] == 0.0
     history = selection.history
     assert all(history.record(i)[STREAK] == history.record(i)[1] for i in range(1, 32, 2) if history.record(i))
+    # The history holds every group generated: the sampled ones and resampling's replacements.
+    extra_groups = sum(_history(trainer, "resample/extra_completions")) / trainer.num_generations
+    assert extra_groups > 0 and history.drawn_total == 12 * 4 + extra_groups
 
 
 def test_resume_restores_history_rule_and_sampler_position(tiny_model_dir, flat_dataset, tmp_path):

@@ -213,6 +213,12 @@ class RookGRPOTrainer(GRPOTrainer):
         selector = next((cb for cb in self._rook_callbacks() if hasattr(cb, "replacement_weights")), None)
         return None if selector is None else selector.replacement_weights(pool)
 
+    def _observe_replacements(self, prompt_ids: list[int], flat: list[bool], rewards_per_func) -> None:
+        """Tell the callbacks that keep a per-prompt history about the groups resampling drew as replacements."""
+        for cb in self._rook_callbacks():
+            if hasattr(cb, "observe_replacements"):
+                cb.observe_replacements(self, prompt_ids, flat, rewards_per_func)
+
     CALLBACK_STATE_FILE = "rookgrpo_callbacks.json"
 
     def _rook_callbacks(self) -> list:

@@ -96,20 +96,32 @@ class PromptSelection(RookCallback):
         G = trainer.num_generations
         ids = torch.tensor([int(row[PROMPT_ID_COLUMN]) for row in scored.inputs], device=trainer.accelerator.device)
         ids = trainer.accelerator.gather(ids).cpu().tolist()
-        rpf = scored.rewards_per_func
-        flat = no_signal_groups(trainer, scored.output, rpf).cpu().tolist()
-        rewards = combined_rewards(rpf, trainer.reward_weights).view(-1, G)
+        flat = no_signal_groups(trainer, scored.output, scored.rewards_per_func).cpu().tolist()
+        self._observe(trainer, ids[::G], flat, scored.rewards_per_func)
+        share = sum(flat) / max(len(flat), 1)
+        self._log_batch(trainer, share)
+
+    def observe_replacements(self, trainer, prompt_ids: list[int], flat: list[bool], rewards_per_func) -> None:
+        """Record the groups ``zero_std_resampling`` drew as replacements (identical on every rank: the prompt ids
+        come from its seeded draw, the rewards are gathered), so the history learns from every group generated."""
+        if trainer.model.training:
+            self._observe(trainer, prompt_ids, flat, rewards_per_func)
+
+    def _observe(self, trainer, prompt_ids: list[int], flat: list[bool], rewards_per_func) -> None:
+        """Update each prompt's history from its group: flat or not, and on which side of the round's mean."""
+        rewards = combined_rewards(rewards_per_func, trainer.reward_weights).view(-1, trainer.num_generations)
         batch_mean = torch.nanmean(rewards).nan_to_num(0.0).item()
         group_means = torch.nanmean(rewards, dim=1).nan_to_num(batch_mean).tolist()  # unscored groups: the batch's
         step = trainer.state.global_step
         for g, is_flat in enumerate(flat):
-            before = self.history.record(ids[g * G])
+            before = self.history.record(prompt_ids[g])
             if before is not None:
                 counts = self.redraws["flat" if before[STREAK] > 0 else "signal"]
                 counts[0] += 1
                 counts[1] += int(is_flat)
-            self.history.observe(ids[g * G], bool(is_flat), flat_side(group_means[g], batch_mean), step)
-        share = sum(flat) / max(len(flat), 1)
+            self.history.observe(prompt_ids[g], bool(is_flat), flat_side(group_means[g], batch_mean), step)
+
+    def _log_batch(self, trainer, share: float) -> None:
         self.rule.after_batch(share, self.history)
         skipped, skipped_flat, kept = self.state.take_counts()
         metrics = trainer._metrics["train"]

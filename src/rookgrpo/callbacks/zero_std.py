@@ -114,7 +114,8 @@ class ZeroStdResampling(RookCallback):
             if self.oversample:
                 need = (self.oversample - (1 if rounds == 0 else 0)) * n_local
             rounds += 1
-            picks = self._draw(trainer, len(pool), world * need, weights)[rank * need:(rank + 1) * need]
+            drawn = self._draw(trainer, len(pool), world * need, weights)  # every rank's picks, rank-major
+            picks = drawn[rank * need:(rank + 1) * need]
             rows = [dict(trainer.train_dataset[int(pool[i])]) for i in picks for _ in range(G)]
             out, rpf = scored.score(rows)
             tables.append(_completion_table(trainer, world * need * G))
@@ -123,7 +124,10 @@ class ZeroStdResampling(RookCallback):
             rewards.append(rpf)
             widths.append(need)
             extra += world * need * G
-            fresh_zero = self._no_signal(trainer, out, rpf).view(world, need).tolist()
+            fresh_flat = self._no_signal(trainer, out, rpf)
+            if hasattr(trainer, "_observe_replacements"):
+                trainer._observe_replacements([int(pool[i]) for i in drawn], fresh_flat.tolist(), rpf)
+            fresh_zero = fresh_flat.view(world, need).tolist()
             for r in range(world):
                 fresh = [j for j in range(need) if not fresh_zero[r][j]]
                 for g in range(n_local):
