@@ -15,6 +15,8 @@ RUN_DIR ?= runs/rookworld-tiny
 EVAL_DATA ?= rookgrpo/tiny-rookworld-eval
 EVAL_DEPTH ?= 8
 PYTEST_ARGS ?=
+# torch threads for `make train` (accelerate would set 1): all cores; Stockfish runs between the model's phases
+CPU_THREADS ?= $(shell nproc 2>/dev/null || echo 1)
 # accelerate's own defaults, passed so it does not warn that they were not (rookgrpo.cli.ACCELERATE_DEFAULTS)
 LAUNCH_DEFAULTS := --num_machines 1 --mixed_precision no --dynamo_backend no
 
@@ -53,7 +55,8 @@ system-tools:
 train: setup
 	$(VENV)/bin/rookgrpo evaluate --model rookgrpo/tiny-rookworld --data $(EVAL_DATA) --depth $(EVAL_DEPTH) \
 		--out $(RUN_DIR)/eval_before.json
-	$(VENV)/bin/accelerate launch $(LAUNCH_DEFAULTS) --num_processes 1 -m rookgrpo $(RECIPE) --output_dir $(RUN_DIR)
+	$(VENV)/bin/accelerate launch $(LAUNCH_DEFAULTS) --num_processes 1 --num_cpu_threads_per_process $(CPU_THREADS) \
+		-m rookgrpo $(RECIPE) --output_dir $(RUN_DIR)
 	$(VENV)/bin/rookgrpo evaluate --model $(RUN_DIR) --data $(EVAL_DATA) --depth $(EVAL_DEPTH) \
 		--out $(RUN_DIR)/eval_after.json --baseline $(RUN_DIR)/eval_before.json
 	$(VENV)/bin/rookgrpo plot $(RUN_DIR)

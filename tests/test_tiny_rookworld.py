@@ -39,16 +39,15 @@ def test_train_and_eval_positions_are_disjoint_and_cover_both_tasks():
 def test_the_packaged_model_knows_the_format(engine_settings):
     from rookgrpo.evaluate import evaluate
 
-    # Sampled, as GRPO sees it: greedy decoding of a char-level model this small collapses to one repeated move.
+    # Sampled, as GRPO sees it (greedy decoding of a model this small repeats one move through the M: list, which the
+    # format check refuses). On the first 128 held-out rows (64 P:, 64 A:) at T=0.6 it writes about 44% of its P:
+    # answers fully well-formed with about half its B: moves legal, and gets about 14% of the next states exactly
+    # right: far from solved, and far from nothing, so both tasks' groups have reward spread.
     metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", n=128, settings=engine_settings,
                        progress=False, temperature=0.6, seed=0)
-    # It writes the P: format and plays legal moves a fair share of the time (about a quarter when sampled), and is far
-    # from solved. Its A: answers are well-formed next-state lines whose board is a garbled near-copy of the input,
-    # neither the input's nor the right one; the environment reward gates its partial credit on the move's change, so
-    # this model earns about 0 there (the old field-overlap reward paid it about 0.6 for the squares it got right).
-    assert metrics["format_rate"] > 0.5
-    assert metrics["env_reward"] < 0.1 and metrics["env_exact_accuracy"] == 0.0
-    assert 0.1 < metrics["legal_move_rate"] < 0.9
+    assert metrics["format_rate"] > 0.25
+    assert 0.3 < metrics["legal_move_rate"] < 0.9
+    assert 0.03 < metrics["env_exact_accuracy"] < 0.6 and metrics["env_reward"] > metrics["env_exact_accuracy"] * 0.9
     assert metrics["best_move_reward"] < 0.9
 
 
