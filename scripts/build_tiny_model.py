@@ -20,8 +20,8 @@ Steps (each seeded, so a rebuild reproduces the shipped numbers within noise), r
    and a model card (how it was made, its numbers) to ``src/rookgrpo/assets/tiny-rookworld/``.
 
 ``--stage all`` (the default) runs the three in a row. The shipped build took, on the 2-core reference machine: data
-about 17 minutes (Stockfish bound: playing games, then labelling P: positions), SFT about 33 minutes, evaluation
-under a minute; ``build_info.json`` and the model card hold the measured times::
+about 30 minutes (Stockfish bound: playing games, then labelling P: positions), SFT about 84 minutes (bf16 autocast),
+evaluation under a minute; ``build_info.json`` and the model card hold the measured times::
 
     python scripts/build_tiny_model.py                          # everything, writes src/rookgrpo/assets/tiny-rookworld
     python scripts/build_tiny_model.py --stage data             # CPU machine with Stockfish
