@@ -179,7 +179,7 @@ def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
 
 
 def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
-    """Fine-tune a fresh char-level GPT-2 on the SFT lines with TRL's SFTTrainer; return the saved model dir.
+    """Fine-tune a fresh GPT-2 (``--tokenizer``) on the SFT lines with TRL's SFTTrainer; return the saved model dir.
 
     Runs on a GPU when there is one, else CPU; fp32 unless ``--bf16`` (autocast, weights and optimizer stay fp32).
     ``held_lines`` (the GRPO positions, never the evaluation ones) give an eval loss to read over- or under-fitting.
