@@ -139,7 +139,7 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     trainer.save_model(out)
     return {"model": out, "steps": trainer.state.global_step, "seconds": seconds,
             "generated": budget if budget_cb is None else budget_cb.generated,
-            "a_groups": flat.first[1], "a_flat_before": flat.first[0] / max(1, flat.first[1]),
+            "a_groups": flat.first[1], "a_flat_before": flat.first[0] / flat.first[1] if flat.first[1] else float("nan"),
             "a_flat_after": logs.a_flat_after(arm, flat), **logs.flat_all()}
 
 
@@ -165,7 +165,7 @@ class LogRecorder(TrainerCallback):
         one task each, so its A: steps' optimised share is the A: share; mixed batches (the one-temperature arm)
         do not tell the tasks apart there, so it is not reported (nan)."""
         if arm == "vanilla":
-            return flat.first[0] / max(1, flat.first[1])
+            return flat.first[0] / flat.first[1] if flat.first[1] else float("nan")
         if arm == "rookgrpo_one_temperature":
             return float("nan")
         a_steps = [x["optimised/frac_reward_zero_std"] for x in self.logs
@@ -175,6 +175,7 @@ class LogRecorder(TrainerCallback):
 
 
 def mean_se(values):
+    """Mean and standard error over seeds, skipping nan (a run with no A: group, say)."""
     values = [v for v in values if v == v]
     if not values:
         return float("nan"), float("nan")
