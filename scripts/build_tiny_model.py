@@ -166,6 +166,11 @@ SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "sft_a_share", "
             "max_steps", "bf16")
 
 
+def sft_args(args) -> dict:
+    """The arguments the SFT stage's result depends on, as the stages record and compare them."""
+    return {k: getattr(args, k) for k in SFT_ARGS}
+
+
 def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
     """All P: lines and as many A: lines (a seeded draw, file order kept) as make ``a_share`` of the mix."""
     p_lines = [line for line in lines if line.startswith("P:")]
@@ -203,7 +208,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         shutil.rmtree(init, ignore_errors=True)
         build_tiny_gpt2(init, spec)
         (work / "sft").mkdir(parents=True)
-        (work / "sft" / "build_args.json").write_text(json.dumps({k: getattr(args, k) for k in SFT_ARGS}))
+        (work / "sft" / "build_args.json").write_text(json.dumps(sft_args(args)))
     else:
         print(f"sft: resuming from {checkpoint}", flush=True)
     gpu = torch.cuda.is_available()
@@ -244,7 +249,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         "device": torch.cuda.get_device_name(0) if gpu else _cpu(),
         "torch": torch.__version__, "final_train_loss": losses[-1] if losses else None,
         "final_eval_loss": evals[-1] if evals else None,
-        "args": {k: getattr(args, k) for k in SFT_ARGS},
+        "args": sft_args(args),
     }
     (work / "sft_info.json").write_text(json.dumps(info, indent=2))
     print("sft:", info, flush=True)
@@ -254,7 +259,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
 def _sft_done(work: Path, args) -> bool:
     info = work / "sft_info.json"
     return ((work / "final" / "config.json").exists() and info.exists()
-            and json.loads(info.read_text()).get("args") == {k: getattr(args, k) for k in SFT_ARGS})
+            and json.loads(info.read_text()).get("args") == sft_args(args))
 
 
 def _last_checkpoint(sft_dir: Path, args) -> Path | None:
@@ -264,7 +269,7 @@ def _last_checkpoint(sft_dir: Path, args) -> Path | None:
     saved = sft_dir / "build_args.json"
     if not sft_dir.is_dir() or not saved.exists():
         return None
-    if json.loads(saved.read_text()) != {k: getattr(args, k) for k in SFT_ARGS}:
+    if json.loads(saved.read_text()) != sft_args(args):
         print(f"sft: {sft_dir} holds a run with other arguments; starting over", flush=True)
         return None
     last = get_last_checkpoint(str(sft_dir))

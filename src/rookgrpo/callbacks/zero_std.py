@@ -106,7 +106,7 @@ class ZeroStdResampling(RookCallback):
         rounds = extra = replaced = 0
         rescored_before = self.rescored_rows
         pool = trainer._replacement_pool(scored.inputs)
-        weights = trainer._replacement_weights(pool) if hasattr(trainer, "_replacement_weights") else None
+        weights = trainer._replacement_weights(pool)
         while rounds < self.max_rounds:
             need = max(sum(z) for z in zero)
             if need == 0:
@@ -125,8 +125,7 @@ class ZeroStdResampling(RookCallback):
             widths.append(need)
             extra += world * need * G
             fresh_flat = self._no_signal(trainer, out, rpf)
-            if hasattr(trainer, "_observe_replacements"):
-                trainer._observe_replacements([int(pool[i]) for i in drawn], fresh_flat.tolist(), rpf)
+            trainer._observe_replacements([int(pool[i]) for i in drawn], fresh_flat.tolist(), rpf)
             fresh_zero = fresh_flat.view(world, need).tolist()
             for r in range(world):
                 fresh = [j for j in range(need) if not fresh_zero[r][j]]
