@@ -71,6 +71,7 @@ class FlatGroups:
         self.trainer, self.step = None, -1
         self.first = [0, 0]  # [flat, all] A: groups in each step's first generation
         self.resampled = [0, 0]
+        self.a_steps: set[int] = set()  # global steps whose first generation had A: groups
 
     def __getattr__(self, name):  # setup(), name, ... of the wrapped reward
         return getattr(self.reward, name)
@@ -78,12 +79,15 @@ class FlatGroups:
     def __call__(self, prompts, completions, **kwargs):
         scores = self.reward(prompts, completions, **kwargs)
         step = self.trainer.state.global_step if self.trainer else 0
-        count = self.first if step != self.step else self.resampled
+        first = step != self.step
+        count = self.first if first else self.resampled
         self.step = step
         for start in range(0, len(scores) - self.G + 1, self.G):
             group = scores[start:start + self.G]
             if any(s is None for s in group):
                 continue
+            if first:
+                self.a_steps.add(step)
             mean = sum(group) / self.G
             std = math.sqrt(sum((s - mean) ** 2 for s in group) / (self.G - 1))
             count[0] += std <= 1e-8
@@ -151,7 +155,8 @@ class LogRecorder(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "frac_reward_zero_std" in logs:
-            self.logs.append(dict(logs))
+            # The step this log describes generated its batch at global step state.global_step - 1.
+            self.logs.append({**logs, "generated_at": state.global_step - 1})
 
     def flat_all(self) -> dict:
         """All groups (both tasks): TRL's zero-std share of the sampled batch and of the optimised one."""
@@ -168,9 +173,9 @@ class LogRecorder(TrainerCallback):
             return flat.first[0] / flat.first[1] if flat.first[1] else float("nan")
         if arm == "rookgrpo_one_temperature":
             return float("nan")
+        # A: batches as the reward calls saw them: a P: batch's chess_env mean (nan) can reach the logs as None.
         a_steps = [x["optimised/frac_reward_zero_std"] for x in self.logs
-                   if x.get("rewards/chess_env/mean") == x.get("rewards/chess_env/mean")  # not nan: an A: batch
-                   and "optimised/frac_reward_zero_std" in x and "rewards/chess_env/mean" in x]
+                   if x["generated_at"] in flat.a_steps and "optimised/frac_reward_zero_std" in x]
         return statistics.mean(a_steps) if a_steps else float("nan")
 
 
