@@ -226,3 +226,35 @@ def test_selection_in_trls_other_batch_layouts(tiny_model_dir, flat_dataset, tmp
     generations = len(_history(trainer, "select/flat_share"))
     groups = trainer.args.generation_batch_size // 4
     assert generations >= 1 and selection.history.drawn_total == generations * groups
+
+
+def test_selection_with_resampling_around_evaluation_and_a_wrapped_model(tiny_model_dir, flat_dataset, tmp_path):
+    """Selection and resampling together, with a generation batch reused over two steps, an evaluation between
+    steps and a LoRA-wrapped policy: the history records every training group once (sampled and resampled), none
+    of the evaluation's, and the resampler's draws follow the selector's weights."""
+    from peft import LoraConfig
+
+    selection = PromptSelection(p_start=0.05)
+    resampling = ZeroStdResampling(max_rounds=1)
+    weights_seen = []
+    keep = selection.replacement_weights
+
+    def recorded(pool):
+        weights_seen.append(keep(pool))
+        return weights_seen[-1]
+
+    selection.replacement_weights = recorded
+    args = tiny_grpo_args(tmp_path, max_steps=4, per_device_train_batch_size=8, steps_per_generation=2,
+                          eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=mostly_flat, args=args,
+                              train_dataset=flat_dataset, eval_dataset=flat_dataset.select(range(8)),
+                              callbacks=[selection, resampling],
+                              peft_config=LoraConfig(r=4, target_modules=["c_attn"], task_type="CAUSAL_LM"))
+    trainer.train()
+    assert [h for h in trainer.state.log_history if "eval_loss" in h]
+    generations = len(_history(trainer, "select/flat_share"))
+    groups = trainer.args.generation_batch_size // trainer.num_generations
+    extra_groups = resampling.totals["extra_completions"] // trainer.num_generations
+    assert generations == 2 and extra_groups > 0
+    assert selection.history.drawn_total == generations * groups + extra_groups
+    assert weights_seen and all(len(w) == len(trainer.train_dataset) for w in weights_seen)
