@@ -235,6 +235,67 @@ def test_sandbox_sees_only_the_interpreter_no_network_and_runs_unprivileged():
     assert lines[4] == "1"  # no_new_privs
 
 
+RLIMIT_PROBE = ("import resource\nfor name in ('AS', 'CPU', 'FSIZE', 'NOFILE', 'CORE', 'NPROC'):\n"
+                "    print(name, *resource.getrlimit(getattr(resource, 'RLIMIT_' + name)))\n")
+
+
+def _probe_rlimits(uid):
+    box = Sandbox(LIMITS, uid)
+    try:
+        box.start_program(RLIMIT_PROBE)
+        out, timed_out, _ = box.wait_output(10)
+    finally:
+        box.close()
+    assert not timed_out
+    return {name: (int(soft), int(hard)) for name, soft, hard in (line.split() for line in out.decode().splitlines())}
+
+
+def _expected_rlimits(uid):
+    mb = 1024 * 1024
+    expected = {"AS": LIMITS.memory_mb * mb, "CPU": LIMITS.cpu_seconds, "FSIZE": LIMITS.file_size_mb * mb,
+                "NOFILE": LIMITS.open_files, "CORE": 0}
+    if uid is not None:
+        expected["NPROC"] = LIMITS.processes
+    return {name: (value, value) for name, value in expected.items()}
+
+
+def test_the_program_runs_under_its_rlimits_and_in_its_cgroup_without_code_between_fork_and_exec():
+    """With bubblewrap the spawn runs no Python in the child: the rlimits come from the sandbox's first process
+    (soft and hard, so the program cannot raise them), and the child starts inside the run's cgroup because the
+    runner forks it from there; the runner itself is back in its own cgroup afterwards."""
+    if not FULL:
+        pytest.skip("needs root and bubblewrap")
+    uid = next_sandbox_uid()
+    limits = _probe_rlimits(uid)
+    for name, value in _expected_rlimits(uid).items():
+        assert limits[name] == value, name
+    own = Path("/proc/self/cgroup").read_text()
+    box = Sandbox(LIMITS, uid)
+    try:
+        box.start_calls()
+        if box.cgroup is None:
+            pytest.skip("no writable cgroup here")
+        assert Path("/proc/self/cgroup").read_text() == own
+        inside = box.cgroup.pids()
+        assert box.proc.pid in inside and os.getpid() not in inside
+    finally:
+        box.close()
+
+
+def test_without_bubblewrap_the_rlimits_are_set_before_exec(monkeypatch):
+    import rookgrpo.code.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox.isolation.cache_clear()
+    try:
+        uid = next_sandbox_uid() if os.geteuid() == 0 else None
+        limits = _probe_rlimits(uid)
+        for name, value in _expected_rlimits(uid).items():
+            assert limits[name] == value, name
+    finally:
+        sandbox.isolation.cache_clear()
+
+
 def test_reduced_isolation_is_reported_and_still_judged(monkeypatch):
     """Without bubblewrap, the layers left still run the program, and the loss is said plainly."""
     import rookgrpo.code.sandbox as sandbox

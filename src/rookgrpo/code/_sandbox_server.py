@@ -1,4 +1,4 @@
-"""The untrusted side of the code sandbox, run inside it as ``python -I -S -c <this file> REQ RESP``.
+"""The untrusted side of the code sandbox, run inside it as ``python -I -S -c <this file> REQ RESP [LIMITS]``.
 
 It receives the model's program over the REQ pipe, runs it, then answers call requests ("call function NAME with
 these plain arguments") with the plain value returned, as JSON (:func:`encode_value`), or the name of the exception
@@ -8,9 +8,10 @@ decodes strictly (:mod:`rookgrpo.code.wire`) and judges. In "program" mode (stdi
 runs the program as a script.
 
 Requests are Python literals of plain data written by the trusted side, read with ``eval`` and no builtins. This file
-imports nothing but ``os`` and ``sys``: the sandbox's interpreter starts with ``-I -S`` in a few milliseconds, and
-``import json`` alone (which pulls in ``re``) would double that. The package imports this module for
-:func:`encode_value` only; the serve loop runs when it is ``__main__``.
+imports nothing but ``os``, ``sys`` and (to set LIMITS, the rlimits, before it reads the program) ``resource``: the
+sandbox's interpreter starts with ``-I -S`` in a few milliseconds, and ``import json`` alone (which pulls in ``re``)
+would double that. The package imports this module for :func:`encode_value` only; the serve loop runs when it is
+``__main__``.
 """
 
 import os
@@ -100,8 +101,25 @@ def _write(fd, text):
         data = data[os.write(fd, data):]
 
 
+def _limit(spec):
+    """Lower this process's rlimits (inherited by everything it starts) before any of the program runs.
+
+    ``spec``: ``NAME=VALUE`` pairs joined by commas, e.g. ``AS=1073741824,CPU=10,NPROC=32``. Trusted code runs here;
+    once lowered, the hard limits cannot be raised again from inside the sandbox (that needs CAP_SYS_RESOURCE in the
+    host's user namespace). Any failure ends the sandbox before the program is read.
+    """
+    import resource
+
+    for item in spec.split(","):
+        name, value = item.split("=")
+        value = int(value)
+        resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
+
+
 def _serve():
     req, resp = int(sys.argv[1]), int(sys.argv[2])
+    if len(sys.argv) > 3:
+        _limit(sys.argv[3])
     first = _read(req)
     if type(first) is not dict or type(first.get("code")) is not str:
         return
