@@ -4,6 +4,7 @@ returns in time and leaves nothing behind (no surviving process, no file, socket
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from hostile.corpus import HOSTILE, PLAUSIBLE
 from rookgrpo.code import wire
 from rookgrpo.code.pool import START_MARGIN
 from rookgrpo.code.problems import builtin_rows, from_verification_info, humaneval_rows
-from rookgrpo.code.runner import run_job
+from rookgrpo.code.runner import Remote, run_job
 from rookgrpo.code.sandbox import (
     SANDBOX_UID_BASE,
     UIDS_PER_PROCESS,
@@ -270,16 +271,24 @@ def test_the_program_runs_under_its_rlimits_and_in_its_cgroup_without_code_betwe
     for name, value in _expected_rlimits(uid).items():
         assert limits[name] == value, name
     own = Path("/proc/self/cgroup").read_text()
+    # More threads in the starting process than the run's pids limit: only the forking thread may count there.
+    release = threading.Event()
+    threads = [threading.Thread(target=release.wait, daemon=True) for _ in range(LIMITS.processes + 8)]
+    for t in threads:
+        t.start()
     box = Sandbox(LIMITS, uid)
     try:
-        box.start_calls()
+        box.start_calls("def sq(x):\n    return x * x\n")
         if box.cgroup is None:
             pytest.skip("no writable cgroup here")
         assert Path("/proc/self/cgroup").read_text() == own
         inside = box.cgroup.pids()
         assert box.proc.pid in inside and os.getpid() not in inside
+        remote = Remote(box, time.monotonic() + LIMITS.timeout)
+        assert remote.loaded() and remote.call("sq", (3,), {}) == 9
     finally:
         box.close()
+        release.set()
 
 
 def test_without_bubblewrap_the_rlimits_are_set_before_exec(monkeypatch):

@@ -199,17 +199,20 @@ class Cgroup:
 
     @contextlib.contextmanager
     def holding_spawn(self):
-        """This process joins the cgroup while it forks a sandbox, so the child starts inside it; then it returns
-        to its own cgroup. (Only pages this process allocates meanwhile are charged here: a few kilobytes.)"""
-        home = _home_cgroup_procs(self.kind)
-        pid = str(os.getpid())
+        """(v1) The calling thread joins the cgroup while it forks a sandbox, so the child starts inside it; then it
+        returns to its own cgroups. Only this thread moves (v1's ``tasks`` file): the pids limit counts it, not the
+        caller's other threads, and the caller's memory stays charged where it was."""
+        if self.kind != "v1":
+            raise OSError("holding_spawn needs cgroup v1 (v2 moves whole processes)")
+        home = _own_cgroup_files("tasks")
+        tid = str(threading.get_native_id())
         try:
-            for path in self.procs_files:
-                Path(path).write_text(pid)
+            for d in self.dirs:
+                (d / "tasks").write_text(tid)
             yield
         finally:
             for path in home:
-                Path(path).write_text(pid)
+                Path(path).write_text(tid)
 
     def pids(self) -> set[int]:
         out = set()
@@ -239,21 +242,17 @@ class Cgroup:
         return True
 
 
-@functools.lru_cache(maxsize=2)
-def _home_cgroup_procs(kind: str) -> tuple[str, ...]:
-    """The ``cgroup.procs`` files of this process's own cgroups (one per hierarchy that :class:`Cgroup` uses),
-    read once, before :meth:`Cgroup.holding_spawn` first moves it."""
+def _own_cgroup_files(name: str) -> tuple[str, str]:
+    """The calling thread's own v1 ``memory`` and ``pids`` cgroups' file ``name`` (from ``/proc/thread-self``)."""
     paths = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
+    for line in Path("/proc/thread-self/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
-        for name in (controllers.split(",") if kind == "v1" else [""]):
-            if (kind == "v1" and name in ("memory", "pids")) or (kind == "v2" and controllers == ""):
-                root = Path("/sys/fs/cgroup") / name if name else Path("/sys/fs/cgroup")
-                paths[name] = str(root / path.lstrip("/") / "cgroup.procs")
-    wanted = ["memory", "pids"] if kind == "v1" else [""]
-    if sorted(paths) != sorted(wanted):
-        raise OSError(f"cannot tell this process's own {kind} cgroup from /proc/self/cgroup")
-    return tuple(paths[name] for name in wanted)
+        for controller in controllers.split(","):
+            if controller in ("memory", "pids"):
+                paths[controller] = str(Path("/sys/fs/cgroup") / controller / path.lstrip("/") / name)
+    if sorted(paths) != ["memory", "pids"]:
+        raise OSError("cannot tell this thread's own memory and pids cgroups from /proc/thread-self/cgroup")
+    return paths["memory"], paths["pids"]
 
 
 _CGROUPS: dict[str, list[Cgroup]] = {"free": [], "draining": [], "all": []}
@@ -439,12 +438,14 @@ class Sandbox:
                 self.cgroup = take_cgroup(self.iso.cgroup, self.limits)
             except OSError:
                 self.cgroup = None
-        if self.iso.bwrap:
+        direct = self.iso.bwrap and (self.cgroup is None or self.cgroup.kind == "v1")
+        if direct:
             # No Python code runs in the child between fork and exec (that cost about 2 ms of CPU per sandbox, a
             # tenth of a program's whole run): the session and the uid drop are done by the spawn itself, bwrap sets
             # no_new_privs and its parent-death signal once it runs (after the uid drop, which would clear the
             # latter), the rlimits are set by the sandbox's first process before it reads the program, and the child
-            # starts in the run's cgroup because this process forks it from inside that cgroup.
+            # starts in the run's cgroup because this thread forks it from inside that cgroup. (cgroup v2 moves
+            # whole processes, so there the child joins the cgroup itself, below.)
             drop = {"user": self.uid, "group": self.uid, "extra_groups": []} if self.uid is not None else {}
             spawn = {"start_new_session": True, **drop}
         else:
@@ -452,7 +453,7 @@ class Sandbox:
             _libc()  # loaded here, so the child (between fork and exec) does not dlopen
             spawn = {"preexec_fn": functools.partial(_child_setup, self.limits, self.uid, procs)}
         try:
-            with self.cgroup.holding_spawn() if self.cgroup and self.iso.bwrap else contextlib.nullcontext():
+            with self.cgroup.holding_spawn() if self.cgroup and direct else contextlib.nullcontext():
                 self.proc = subprocess.Popen(
                     cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd, env=env,
                     pass_fds=(req_r, resp_w), close_fds=True, **spawn,
