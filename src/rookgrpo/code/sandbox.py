@@ -11,11 +11,13 @@ stops and what remains):
   do not exist; ``no_new_privs`` (setuid binaries cannot raise privileges); ``--die-with-parent``; when the program's
   first process exits, the kernel kills everything left in its PID namespace (``setsid`` and fork escapes included),
   and its IPC objects vanish with the namespace.
-- **an unprivileged uid** (as root: one per runner worker), ``no_new_privs`` set before the uid changes, and a
-  parent-death signal set after it (a uid change clears it).
+- **an unprivileged uid** (as root: one per runner worker). With bubblewrap the spawn drops the uid in C (no Python
+  runs between fork and exec) and bwrap then sets ``no_new_privs`` and its parent-death signal; otherwise the child
+  sets ``no_new_privs`` before the uid change and the parent-death signal after it (a uid change clears it).
 - **a cgroup** per run where the machine lets us create one (v1 ``memory`` + ``pids`` or v2): memory and process
   limits for the whole process tree, and a way to kill every process of the run.
-- **rlimits** per process: address space, CPU time, file size, open files, processes, no core dumps.
+- **rlimits** per process: address space, CPU time, file size, open files, processes, no core dumps; set by the
+  sandbox's first process before it reads the program (or before exec without bubblewrap).
 - **a wall-clock timeout** enforced by the caller, which kills the process group, the cgroup and the namespace.
 
 Without bubblewrap (or without user namespaces) the program runs under the other layers only, and
