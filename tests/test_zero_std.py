@@ -310,9 +310,11 @@ def test_batch_changing_hooks_run_before_observers_whatever_the_listed_order(tin
     assert not [r for r in caplog.records if "every advantage" in r.getMessage()]  # resampling fixed those batches
 
 
-def test_metrics_name_the_batch_they_describe(tiny_model_dir, flat_dataset, tmp_path):
+@pytest.mark.parametrize("oversample", [0, 3])
+def test_metrics_name_the_batch_they_describe(tiny_model_dir, flat_dataset, tmp_path, oversample):
     """TRL's reward metrics describe the sampled batch; optimised/* the batch the loss saw; the completions table
-    holds the optimised rows with their final advantages."""
+    holds the optimised rows with their final advantages. DAPO-style rounds (``oversample``) score more rows than
+    TRL's table keeps: the replacements trained on must still be the rows it shows."""
     from rookgrpo.batch import combined_rewards
 
     optimised = []
@@ -323,8 +325,10 @@ def test_metrics_name_the_batch_they_describe(tiny_model_dir, flat_dataset, tmp_
             optimised.append((combined_rewards(scored.rewards_per_func, trainer.reward_weights),
                               [row["prompt"] for row in scored.inputs], scored.output["advantages"].tolist()))
 
-    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path, [Capture(max_rounds=8)], max_steps=4)
+    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path, [Capture(max_rounds=8, oversample=oversample)],
+                       max_steps=4)
     trainer.train()
+    assert trainer._logs["prompt"].maxlen == trainer.args.generation_batch_size
     logged = [h for h in trainer.state.log_history if "loss" in h]
     assert len(logged) == len(optimised) == 4
     for h, (rewards, _, _) in zip(logged, optimised):

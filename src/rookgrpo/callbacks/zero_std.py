@@ -24,7 +24,9 @@ recomputed after splicing.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections import defaultdict, deque
 
 import torch
 from trl.trainer.utils import nanstd
@@ -99,6 +101,7 @@ class ZeroStdResampling(RookCallback):
         zero = self._no_signal(trainer, scored.output, scored.rewards_per_func).view(world, n_local).tolist()
         before = sum(map(sum, zero)) / (world * n_local)
         outputs, rewards, widths, rows_per_round = [scored.output], [scored.rewards_per_func], [n_local], [scored.inputs]
+        restore_logs = _widen_completion_table(trainer, world * max(n_local, self.oversample * n_local) * G)
         tables = [_completion_table(trainer, world * n_local * G)]
         slots = [[(0, g) for g in range(n_local)] for _ in range(world)]
         metrics = trainer._metrics["train"]
@@ -147,6 +150,7 @@ class ZeroStdResampling(RookCallback):
             scored.inputs = [rows_per_round[k][j * G + t] for k, j in slots[rank] for t in range(G)]
             order = [(k, (r * widths[k] + j) * G + t) for r in range(world) for k, j in slots[r] for t in range(G)]
             _rewrite_completion_table(trainer, tables, order, scored)
+        restore_logs()
         self._log_optimised(trainer, scored, metrics)
         metrics["resample/rounds"].append(float(rounds))
         metrics["resample/frac_zero_std_before"].append(before)
@@ -298,6 +302,29 @@ def _rescore_logps(trainer, merged: dict, rows: list[int]) -> int:
 
 
 TABLE_COLUMNS = ("prompt", "completion", "advantages")
+
+
+def _widen_completion_table(trainer, rows: int):
+    """TRL's completions table (``trainer._logs``) keeps one generation batch; a resampling round can score more rows
+    than that (DAPO-style oversampling), and the rows it would drop may be the ones trained on. Widen the table for
+    the rounds; the returned function puts its length back (after the rewrite it holds the optimised batch)."""
+    logs = getattr(trainer, "_logs", None)
+    maxlen = getattr(logs.get("prompt") if isinstance(logs, dict) else None, "maxlen", None)
+    if maxlen is None or rows <= maxlen:
+        return lambda: None
+
+    def resize(n: int) -> None:
+        for key in ("images", "prompt", "completion", "advantages"):
+            if isinstance(logs.get(key), deque):
+                logs[key] = deque(logs[key], maxlen=n)
+        for key in ("rewards", "extra"):
+            if isinstance(logs.get(key), dict):
+                columns = defaultdict(functools.partial(deque, maxlen=n))
+                columns.update({name: deque(values, maxlen=n) for name, values in logs[key].items()})
+                logs[key] = columns
+
+    resize(rows)
+    return functools.partial(resize, maxlen)
 
 
 def _completion_table(trainer, n: int) -> dict[str, list]:
