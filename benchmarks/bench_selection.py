@@ -30,6 +30,7 @@ the regime's task: top-5 accuracy for P:, exact next state for A:). Ratios are p
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
@@ -134,6 +135,8 @@ def run(arm: str, seed: int, budget: int, out: str, n_prompts: int, regime: str 
 
 
 def _mean_se(values: list[float]) -> str:
+    if not all(math.isfinite(v) for v in values):  # a run without signal (inf) or a ratio of two such runs (nan)
+        return "/".join(f"{v:.3g}" for v in values) + " (per seed)"
     mean = statistics.mean(values)
     se = statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else float("nan")
     return f"{mean:.3g} ± {se:.2g}"
@@ -174,7 +177,9 @@ def main(argv=None) -> dict:
     per_arm = {}
     for arm in ARMS:
         rs = [r for r in runs if r["arm"] == arm]
-        per = {k: [r[k] / max(r["signal_groups"], 1) for r in rs] for k in ("completions", "generate_calls", "seconds")}
+        # A run that trained on no signal group spent its whole budget for nothing: infinite cost, not its total.
+        per = {k: [r[k] / r["signal_groups"] if r["signal_groups"] else float("inf") for r in rs]
+               for k in ("completions", "generate_calls", "seconds")}
         per_arm[arm] = per
         lines.append(f"| {arm} | {_mean_se(per['completions'])} | {_mean_se(per['generate_calls'])} | "
                      f"{_mean_se(per['seconds'])} | {_mean_se([r['steps'] for r in rs])} | "
