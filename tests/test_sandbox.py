@@ -213,6 +213,18 @@ def test_program_that_never_reads_a_large_stdin_returns_in_time():
     assert _survivors() == []
 
 
+def _run_program(program: str, uid: int | None) -> str:
+    """``program``'s stdout, run as a script in a fresh sandbox under ``uid``."""
+    box = Sandbox(LIMITS, uid)
+    try:
+        box.start_program(program)
+        out, timed_out, _ = box.wait_output(10)
+    finally:
+        box.close()
+    assert not timed_out
+    return out.decode()
+
+
 def test_sandbox_sees_only_the_interpreter_no_network_and_runs_unprivileged():
     if not FULL:
         pytest.skip("needs root and bubblewrap")
@@ -222,13 +234,7 @@ def test_sandbox_sees_only_the_interpreter_no_network_and_runs_unprivileged():
              "print(sorted(name for _, name in socket.if_nameindex()))\nprint(sorted(os.listdir('/')))\n"
              "print(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])\n")
     uid = next_sandbox_uid()
-    box = Sandbox(LIMITS, uid)
-    try:
-        box.start_program(probe)
-        out, timed_out, _ = box.wait_output(10)
-    finally:
-        box.close()
-    lines = out.decode().splitlines()
+    lines = _run_program(probe, uid).splitlines()
     real, effective, pid = (int(x) for x in lines[0].split())
     assert (real, effective) == (uid, uid) and pid < 10  # unprivileged, in its own PID namespace
     assert lines[1] == "nonet" and lines[2] == "['lo']"
@@ -241,14 +247,8 @@ RLIMIT_PROBE = ("import resource\nfor name in ('AS', 'CPU', 'FSIZE', 'NOFILE', '
 
 
 def _probe_rlimits(uid):
-    box = Sandbox(LIMITS, uid)
-    try:
-        box.start_program(RLIMIT_PROBE)
-        out, timed_out, _ = box.wait_output(10)
-    finally:
-        box.close()
-    assert not timed_out
-    return {name: (int(soft), int(hard)) for name, soft, hard in (line.split() for line in out.decode().splitlines())}
+    lines = _run_program(RLIMIT_PROBE, uid).splitlines()
+    return {name: (int(soft), int(hard)) for name, soft, hard in (line.split() for line in lines)}
 
 
 def _expected_rlimits(uid):
