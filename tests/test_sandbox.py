@@ -291,6 +291,24 @@ def test_the_program_runs_under_its_rlimits_and_in_its_cgroup_without_code_betwe
         release.set()
 
 
+def test_where_the_thread_cannot_find_its_own_cgroup_the_child_joins_the_run_itself(monkeypatch):
+    import rookgrpo.code.sandbox as sandbox
+
+    if not FULL:
+        pytest.skip("needs root and bubblewrap")
+    monkeypatch.setattr(sandbox, "_own_cgroups_known", lambda: False)
+    uid = next_sandbox_uid()
+    assert _probe_rlimits(uid) == _expected_rlimits(uid)
+    box = Sandbox(LIMITS, uid)
+    try:
+        box.start_calls()
+        if box.cgroup is None:
+            pytest.skip("no writable cgroup here")
+        assert box.proc.pid in box.cgroup.pids() and os.getpid() not in box.cgroup.pids()
+    finally:
+        box.close()
+
+
 def test_without_bubblewrap_the_rlimits_are_set_before_exec(monkeypatch):
     import rookgrpo.code.sandbox as sandbox
 

@@ -244,6 +244,16 @@ class Cgroup:
         return True
 
 
+@functools.lru_cache(maxsize=1)
+def _own_cgroups_known() -> bool:
+    """Whether :meth:`Cgroup.holding_spawn` can find its way back here (else sandboxes join their cgroup from the
+    child, the slower way)."""
+    try:
+        return all(os.path.exists(path) for path in _own_cgroup_files("tasks"))
+    except OSError:
+        return False
+
+
 def _own_cgroup_files(name: str) -> tuple[str, str]:
     """The calling thread's own v1 ``memory`` and ``pids`` cgroups' file ``name`` (from ``/proc/thread-self``)."""
     paths = {}
@@ -440,7 +450,7 @@ class Sandbox:
                 self.cgroup = take_cgroup(self.iso.cgroup, self.limits)
             except OSError:
                 self.cgroup = None
-        direct = self.iso.bwrap and (self.cgroup is None or self.cgroup.kind == "v1")
+        direct = self.iso.bwrap and (self.cgroup is None or (self.cgroup.kind == "v1" and _own_cgroups_known()))
         if direct:
             # No Python code runs in the child between fork and exec (that cost about 2 ms of CPU per sandbox, a
             # tenth of a program's whole run): the session and the uid drop are done by the spawn itself, bwrap sets
