@@ -70,7 +70,8 @@ def test_audit_command_prints_and_writes_the_tables(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| random legal |" in proc.stdout and "| copy FEN |" in proc.stdout
     report = json.loads(out.read_text())
-    assert report["depth"] == 4 and report["weights"] == [0.25, 0.5, 2.0, 0.5, 1.0]
+    recipe = yaml.safe_load((REPO / "recipes" / "rookworld-tiny.yaml").read_text())
+    assert report["depth"] == 4 and report["weights"] == recipe["reward_weights"]
     shares = report["data"][0]["tables"][0]["share"]
     assert shares["engine best"] == 1.0 and shares["random legal"] < 0.5
 
