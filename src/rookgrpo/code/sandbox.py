@@ -328,12 +328,6 @@ def remove_stale_cgroups(pid: int, wait: float = 2.0) -> None:
 atexit.register(remove_cgroups)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _write(path: Path, value: str) -> None:
     try:
         path.write_text(value)
@@ -475,7 +469,9 @@ class Sandbox:
             os.close(resp_w)
         if code:
             try:
-                _write_all(self.req_w, code)
+                from .wire import write_all
+
+                write_all(self.req_w, code)
             except OSError:
                 self.close()
                 raise

@@ -69,13 +69,17 @@ def is_plain(value, depth=0) -> bool:
     return False
 
 
+def write_all(fd, data):
+    """Write all of ``data`` to file descriptor ``fd`` (a pipe may take it in pieces)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def write_literal(fd, value):
     """Send plain data to the sandbox as a length-prefixed Python literal (it reads it with ``eval``, no builtins)."""
     body = repr(value).encode("utf-8", "surrogatepass")
-    data = _HEADER.pack(len(body)) + body
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
+    write_all(fd, _HEADER.pack(len(body)) + body)
 
 
 def decode(data, depth=0):
@@ -150,10 +154,7 @@ def dumps(message):
 def write_message(fd, message):
     """Write one length-prefixed message to file descriptor ``fd``."""
     body = dumps(message)
-    data = _HEADER.pack(len(body)) + body
-    while data:
-        written = os.write(fd, data)
-        data = data[written:]
+    write_all(fd, _HEADER.pack(len(body)) + body)
 
 
 def read_exact(fd, n, deadline=None):
