@@ -87,8 +87,12 @@ def test_observing_callbacks_and_zero_rounds_train_exactly_like_vanilla(tiny_mod
     dict(scale_rewards="batch", gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2, beta=0.04),
     dict(scale_rewards="none", per_device_train_batch_size=4, steps_per_generation=2),
     dict(multi_objective_aggregation="normalize_then_sum"),
+    # DAPO-style rounds score more rows than TRL's completions table keeps, in a multi-step generation batch.
+    dict(gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2, beta=0.04, oversample=3),
 ])
 def test_resampling_works_across_batch_layouts(tiny_model_dir, flat_dataset, tmp_path, overrides):
+    overrides = dict(overrides)
+    oversample = overrides.pop("oversample", 0)
     seen = []
 
     class Check(ZeroStdResampling):
@@ -96,7 +100,8 @@ def test_resampling_works_across_batch_layouts(tiny_model_dir, flat_dataset, tmp
             super().on_scored_batch(trainer, scored)
             seen.append(scored.output)
 
-    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path, [Check(max_rounds=8)], max_steps=4, **overrides)
+    trainer = _trainer(tiny_model_dir, flat_dataset, tmp_path, [Check(max_rounds=8, oversample=oversample)],
+                       max_steps=4, **overrides)
     trainer.train()
     assert _history(trainer, "resample/frac_zero_std_after") and set(_history(trainer, "resample/frac_zero_std_after")) == {0.0}
     for out in seen:  # every group of every optimised batch carries signal, and the batch is consistent
