@@ -17,7 +17,9 @@ Every arm runs until it has generated the same number of completions (``--budget
   2 extra rounds);
 - ``resampling``: ``zero_std_resampling`` (max 2 extra rounds, drawing as many prompts as groups came out flat);
 - ``greso+resampling``: ``prompt_selection`` with GRESO's rule, then resampling for what still comes out flat;
-- ``posterior+resampling``: ``prompt_selection`` with the posterior rule, then resampling.
+- ``posterior+resampling``: ``prompt_selection`` with the posterior rule, then resampling;
+- ``passrate+resampling``: ``prompt_selection`` with the pass-rate rule (both rewards here are binary), then
+  resampling.
 
 Per arm, mean ± standard error over seeds: completions generated per signal-bearing group trained on (the groups
 of the optimised batches with reward spread; lower is better), generate calls and wall seconds per signal group,
@@ -46,6 +48,8 @@ ARMS = {
                          {"name": "zero_std_resampling", "max_rounds": 2}],
     "posterior+resampling": [{"name": "prompt_selection", "rule": "posterior"},
                              {"name": "zero_std_resampling", "max_rounds": 2}],
+    "passrate+resampling": [{"name": "prompt_selection", "rule": "passrate"},
+                            {"name": "zero_std_resampling", "max_rounds": 2}],
 }
 
 
@@ -186,13 +190,12 @@ def main(argv=None) -> dict:
                      f"{_mean_se([r['quality'] for r in rs])} | {_mean_se([r['legal'] for r in rs])} |")
     after = [r["flat_after"] for r in runs if r.get("flat_after") and None not in r["flat_after"].values()]
     ratios = []
-    for base_arm, arm in (("dapo", "resampling"), ("dapo", "greso+resampling"), ("dapo", "posterior+resampling"),
-                          ("resampling", "greso+resampling"), ("resampling", "posterior+resampling")):
+    selectors = [arm for arm in ARMS if arm.endswith("+resampling")]
+    pairs = [("dapo", arm) for arm in ["resampling", *selectors]] + [("resampling", arm) for arm in selectors]
+    pairs += [(a, b) for i, a in enumerate(selectors) for b in selectors[i + 1:]]
+    for base_arm, arm in pairs:
         paired = [a / b for a, b in zip(per_arm[base_arm]["completions"], per_arm[arm]["completions"])]
         ratios.append(f"{base_arm} / {arm}: {_mean_se(paired)}")
-    paired = [a / b for a, b in zip(per_arm["greso+resampling"]["completions"],
-                                    per_arm["posterior+resampling"]["completions"])]
-    ratios.append(f"greso / posterior: {_mean_se(paired)}")
     lines += ["", f"Start (packaged model): {quality_label} {base[quality]:.3f} ± {base[quality + '_se']:.3f}. "
               "Completions per signal group, paired by seed (above 1: the second arm spends fewer; the target is 2 "
               "against dapo): " + "; ".join(ratios) + "."]

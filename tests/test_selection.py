@@ -6,6 +6,7 @@ selector that works skips the odd prompts once it has seen them and keeps drawin
 
 import json
 import sys
+from math import exp, lgamma
 
 import pytest
 
@@ -13,7 +14,8 @@ from conftest import REPO, tiny_grpo_args
 from rookgrpo import RookGRPOTrainer, ZeroStdResampling
 from rookgrpo.callbacks.selection import PROMPT_ID_COLUMN, PromptSelection
 from rookgrpo.errors import ConfigError
-from rookgrpo.selection import STREAK, GresoRule, PosteriorRule, PromptHistory, SelectingSampler, SelectionState
+from rookgrpo.selection import (DPASS, STREAK, GresoRule, PassRateRule, PosteriorRule, PromptHistory, SelectingSampler,
+                                SelectionState)
 
 sys.path.insert(0, str(REPO / "tests" / "assets"))
 from flat_reward import mostly_flat  # noqa: E402
@@ -103,6 +105,37 @@ def test_greso_p_follows_the_flat_share_target():
     assert rule.p[1] == 1.0
 
 
+def test_pass_rate_rule_ranks_prompts_by_their_chance_of_a_flat_group():
+    history, rule = PromptHistory(discount=0.7), PassRateRule(num_generations=8, explore=0.0)
+    for prompt, passed in enumerate([0, 1, 4, 7, 8]):
+        history.observe(prompt, passed in (0, 8), "low" if passed == 0 else "high", 1, pass_rate=passed / 8)
+    keep = [rule.keep_probability(history.record(i)) for i in range(5)]
+    assert keep[2] > keep[1] > keep[0] and keep[2] > keep[3] > keep[4]
+    assert keep[0] == pytest.approx(keep[4]) and keep[1] == pytest.approx(keep[3])  # symmetric in pass and fail
+    # Exact Beta moments: 0 of 8 under Jeffreys' prior is Beta(0.5, 8.5); P(flat) = E[q^8] + E[(1-q)^8].
+    def moment(a, b, k):
+        return exp(lgamma(a + k) + lgamma(a + b) - lgamma(a) - lgamma(a + b + k))
+
+    assert keep[0] == pytest.approx(1 - moment(0.5, 8.5, 8) - moment(8.5, 0.5, 8))
+    assert rule.keep_probability(None) == 1.0
+    # More of the same evidence: more confident. A prompt that turns informative is believed quickly (discount).
+    history.observe(0, True, "low", 2, pass_rate=0.0)
+    assert rule.keep_probability(history.record(0)) < keep[0]
+    for _ in range(3):
+        history.observe(9, True, "low", 1, pass_rate=0.0)
+    history.observe(9, False, None, 2, pass_rate=0.5)
+    assert rule.keep_probability(history.record(9)) > keep[1]
+    assert PassRateRule(num_generations=8, explore=0.3).keep_probability(history.record(0)) == 0.3
+
+
+def test_history_saved_before_pass_rates_loads():
+    history = PromptHistory()
+    history.load_state_dict({"records": {"3": [2, 1, 1, 1, 5, 0, 1.0, 1.7]}, "flat_total": 1, "drawn_total": 2})
+    assert history.record(3)[DPASS] == 0.0 and len(history.record(3)) == DPASS + 1
+    history.observe(3, False, None, 6, pass_rate=0.25)
+    assert history.record(3)[DPASS] == 0.25
+
+
 def test_resampling_draws_its_replacements_with_the_selectors_keep_probabilities():
     from types import SimpleNamespace
 
@@ -146,6 +179,29 @@ def test_training_with_selection_skips_the_flat_prompts_and_logs_it(tiny_model_d
     assert extra_groups > 0 and history.drawn_total == 12 * 4 + extra_groups
 
 
+def test_training_with_the_pass_rate_rule(tiny_model_dir, flat_dataset, tmp_path):
+    """Binary reward: odd prompts always fail (flat), even ones pass about half the time. The rule learns the group
+    size from the trainer and each prompt's pass rate from its groups, and skips the always-failing prompts."""
+
+    def binary(completions, signal, **kwargs):
+        return [float(s and sum(map(ord, x)) % 2 == 0) for x, s in zip(completions, signal)]
+
+    selection = PromptSelection(rule="passrate")
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=binary,
+                              args=tiny_grpo_args(tmp_path, max_steps=12, per_device_train_batch_size=16),
+                              train_dataset=flat_dataset, callbacks=[selection])
+    assert selection.rule.G == trainer.num_generations == 4
+    trainer.train()
+    history = selection.history
+    odd = [history.record(i) for i in range(1, 32, 2) if history.record(i)]
+    even = [history.record(i) for i in range(0, 32, 2) if history.record(i)]
+    assert odd and all(r[DPASS] == 0.0 for r in odd)
+    assert sum(r[DPASS] > 0 for r in even) >= len(even) // 2
+    flat = _history(trainer, "select/flat_share")
+    assert sum(flat[-4:]) / 4 < sum(flat[:8]) / 8  # once seen, the always-failing prompts are mostly skipped
+    assert sum(_history(trainer, "select/skipped")) > 0
+
+
 def test_resume_restores_history_rule_and_sampler_position(tiny_model_dir, flat_dataset, tmp_path):
     def trainer_for(out, max_steps):
         args = tiny_grpo_args(out, max_steps=max_steps, per_device_train_batch_size=16, save_strategy="steps",
@@ -172,6 +228,8 @@ def test_bad_settings_fail_before_training(tiny_model_dir, smoke_dataset, tmp_pa
         PromptSelection(rule="best")
     with pytest.raises(ConfigError, match="prompt_selection: .*unexpected keyword"):
         PromptSelection(rule="greso", explore=0.1)
+    with pytest.raises(ConfigError, match="prompt_selection: prior must be > 0, got 0 .rule 'passrate'"):
+        PromptSelection(rule="passrate", prior=0)
 
 
 def test_streaming_data_is_refused_with_the_reason(tiny_model_dir, smoke_dataset, tmp_path):

@@ -14,6 +14,10 @@ each prompt did the last times it was drawn. The pieces:
     down when the batch's flat share exceeds ``target_flat``, up otherwise, within ``[p_min, 1]``.
   - :class:`PosteriorRule`: the prompt's chance of a flat group from a Beta posterior over its discounted flat
     history (prior: the run's flat share so far), kept with probability ``1 - P(flat)``, at least ``explore``.
+  - :class:`PassRateRule`, for binary rewards: a Beta posterior over the prompt's pass rate ``q`` from its discounted
+    pass counts, and the chance that all ``G`` completions of its next group agree, ``E[q**G + (1 - q)**G]``; kept
+    with probability one minus that, at least ``explore``. It tells a prompt that passed 1 of 8 (likely flat next
+    time) from one that passed 4 of 8, which a flat/not-flat history cannot.
 
 - :class:`SelectingSampler`: TRL's ``RepeatSampler`` structure (each chosen prompt ``G`` times, each generation batch
   ``steps_per_generation x num_iterations`` times), with the prompts of each generation batch chosen by walking a
@@ -36,8 +40,9 @@ from trl.trainer.utils import RepeatSampler
 from .task_sampling import indices_by_task, repeat_chunks
 
 # record fields: drawn, flat, streak, side (0 none, 1 low, 2 high), last_step, skips (consecutive), discounted flat,
-# discounted drawn
-DRAWN, FLAT, STREAK, SIDE, LAST, SKIPS, DFLAT, DDRAWN = range(8)
+# discounted drawn, discounted pass rate (sum of the groups' pass rates, each older one times the discount)
+DRAWN, FLAT, STREAK, SIDE, LAST, SKIPS, DFLAT, DDRAWN, DPASS = range(9)
+NEW_RECORD = (0, 0, 0, 0, -1, 0, 0.0, 0.0, 0.0)
 SIDES = {None: 0, "low": 1, "high": 2}
 
 
@@ -53,8 +58,10 @@ class PromptHistory:
     def record(self, prompt_id: int) -> list[float] | None:
         return self.records.get(int(prompt_id))
 
-    def observe(self, prompt_id: int, flat: bool, side: str | None, step: int) -> None:
-        rec = self.records.setdefault(int(prompt_id), [0, 0, 0, 0, -1, 0, 0.0, 0.0])
+    def observe(self, prompt_id: int, flat: bool, side: str | None, step: int, pass_rate: float = 0.0) -> None:
+        """Record one group of ``prompt_id``: flat or not, on which side, at which step, and the share of its
+        completions that passed (used by :class:`PassRateRule`)."""
+        rec = self.records.setdefault(int(prompt_id), list(NEW_RECORD))
         rec[DRAWN] += 1
         rec[FLAT] += int(flat)
         rec[STREAK] = rec[STREAK] + 1 if flat else 0
@@ -62,6 +69,7 @@ class PromptHistory:
         rec[LAST] = int(step)
         rec[DFLAT] = rec[DFLAT] * self.discount + float(flat)
         rec[DDRAWN] = rec[DDRAWN] * self.discount + 1.0
+        rec[DPASS] = rec[DPASS] * self.discount + float(pass_rate)
         self.flat_total += int(flat)
         self.drawn_total += 1
 
@@ -70,7 +78,8 @@ class PromptHistory:
                 "drawn_total": self.drawn_total, "discount": self.discount}
 
     def load_state_dict(self, state: dict) -> None:
-        self.records = {int(k): list(v) for k, v in state.get("records", {}).items()}
+        # Records saved before a field existed get its starting value.
+        self.records = {int(k): list(v) + list(NEW_RECORD[len(v):]) for k, v in state.get("records", {}).items()}
         self.flat_total = int(state.get("flat_total", 0))
         self.drawn_total = int(state.get("drawn_total", 0))
         self.discount = float(state.get("discount", self.discount))
@@ -157,7 +166,62 @@ class PosteriorRule:
         pass
 
 
-RULES = {"greso": GresoRule, "posterior": PosteriorRule}
+class PassRateRule:
+    """For binary rewards: keep with probability one minus the chance that the prompt's next group is flat.
+
+    The prompt's pass rate ``q`` has a Beta posterior: a prior of ``prior`` passes and ``prior`` fails (Jeffreys' at
+    0.5) plus its discounted history, each group counting ``G`` completions, older groups ``discount`` times less
+    per newer one. A group of ``G`` is flat when all pass or all fail, so ``P(flat) = E[q**G] + E[(1 - q)**G]``,
+    both exact Beta moments. The keep probability is ``1 - P(flat)``, at least ``explore``. A completion passes when
+    its reward (the weighted sum of the reward functions) is at least ``pass_threshold``; for a reward that is not
+    binary the rule still runs, on that threshold, but a group can then have spread without crossing it.
+
+    >>> from rookgrpo.selection import PromptHistory
+    >>> history = PromptHistory(); rule = PassRateRule(num_generations=8); rule.bind(history)
+    >>> history.observe(1, True, "low", 1, pass_rate=0.0)     # 0 of 8 passed
+    >>> history.observe(2, False, None, 1, pass_rate=0.125)   # 1 of 8
+    >>> history.observe(3, False, None, 1, pass_rate=0.5)     # 4 of 8
+    >>> [round(rule.keep_probability(history.record(i)), 2) for i in (1, 2, 3)]
+    [0.29, 0.65, 0.95]
+    """
+
+    name = "passrate"
+
+    def __init__(self, num_generations: int | None = None, prior: float = 0.5, explore: float = 0.05,
+                 pass_threshold: float = 1.0):
+        if float(prior) <= 0:
+            raise ValueError(f"prior must be > 0, got {prior}")
+        self.G = None if num_generations is None else int(num_generations)
+        self.prior, self.explore, self.pass_threshold = float(prior), float(explore), float(pass_threshold)
+
+    def bind(self, history: PromptHistory) -> None:
+        pass
+
+    def keep_probability(self, rec: list[float] | None) -> float:
+        if rec is None or not self.G:
+            return 1.0
+        passes, fails = self.G * rec[DPASS], self.G * (rec[DDRAWN] - rec[DPASS])
+        a, b = self.prior + passes, self.prior + max(fails, 0.0)
+        all_pass = all_fail = 1.0
+        for i in range(self.G):  # E[q**G] and E[(1-q)**G] under Beta(a, b)
+            all_pass *= (a + i) / (a + b + i)
+            all_fail *= (b + i) / (a + b + i)
+        return max(self.explore, 1.0 - all_pass - all_fail)
+
+    def after_batch(self, flat_share: float, history: PromptHistory) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+RULES = {"greso": GresoRule, "posterior": PosteriorRule, "passrate": PassRateRule}
 
 
 class SelectionState:

@@ -39,11 +39,12 @@ class PromptSelection(RookCallback):
     """Skip prompts whose next group is predicted flat (see :mod:`rookgrpo.selection`).
 
     Args:
-        rule: ``"greso"`` (GRESO's ``p**k`` rule, ``p`` adapted to ``target_flat``) or ``"posterior"``.
+        rule: ``"greso"`` (GRESO's ``p**k`` rule, ``p`` adapted to ``target_flat``), ``"posterior"`` (a posterior
+            over the prompt's flat rate) or ``"passrate"`` (binary rewards: a posterior over its pass rate).
         max_skips: a prompt skipped this many times in a row is drawn the next time.
         discount: weight of a prompt's older draws per newer draw, for the posterior rule.
         **rule_kwargs: the rule's own settings (GRESO: ``target_flat``, ``p_start``, ``step``, ``p_min``;
-            posterior: ``prior_weight``, ``explore``).
+            posterior: ``prior_weight``, ``explore``; passrate: ``prior``, ``explore``, ``pass_threshold``).
     """
 
     state_key = "prompt_selection"
@@ -57,7 +58,7 @@ class PromptSelection(RookCallback):
             raise ConfigError(f"prompt_selection: max_skips must be >= 0, got {max_skips}.")
         try:
             self.rule = RULES[rule](**rule_kwargs)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise ConfigError(f"prompt_selection: {exc} (rule {rule!r}).") from None
         self.max_skips = int(max_skips)
         self.history = PromptHistory(discount)
@@ -75,6 +76,8 @@ class PromptSelection(RookCallback):
             raise ConfigError("prompt_selection: needs a map-style train_dataset (an indexed Dataset, not streaming), "
                               "to keep a history per prompt.")
         self.state = SelectionState(trainer.args.seed)
+        if getattr(self.rule, "G", False) is None:  # the pass-rate rule needs the group size
+            self.rule.G = trainer.num_generations
         # The sampler's position is part of the checkpoint; replaying the skipped batches on resume would move it on.
         trainer.args.ignore_data_skip = True
 
@@ -112,6 +115,9 @@ class PromptSelection(RookCallback):
         rewards = combined_rewards(rewards_per_func, trainer.reward_weights).view(-1, trainer.num_generations)
         batch_mean = torch.nanmean(rewards).nan_to_num(0.0).item()
         group_means = torch.nanmean(rewards, dim=1).nan_to_num(batch_mean).tolist()  # unscored groups: the batch's
+        threshold = getattr(self.rule, "pass_threshold", None)
+        pass_rates = ((rewards >= threshold).float().mean(dim=1).tolist() if threshold is not None
+                      else [0.0] * len(flat))  # unscored (nan) completions count as not passed
         step = trainer.state.global_step
         for g, is_flat in enumerate(flat):
             before = self.history.record(prompt_ids[g])
@@ -119,7 +125,8 @@ class PromptSelection(RookCallback):
                 counts = self.redraws["flat" if before[STREAK] > 0 else "signal"]
                 counts[0] += 1
                 counts[1] += int(is_flat)
-            self.history.observe(prompt_ids[g], bool(is_flat), flat_side(group_means[g], batch_mean), step)
+            self.history.observe(prompt_ids[g], bool(is_flat), flat_side(group_means[g], batch_mean), step,
+                                 pass_rate=pass_rates[g])
 
     def _log_batch(self, trainer, share: float) -> None:
         self.rule.after_batch(share, self.history)
