@@ -26,7 +26,7 @@ of the optimised batches with reward spread; lower is better), generate calls an
 optimizer steps taken within the budget, and held-out quality after the run (greedy on the held-out positions of
 the regime's task: top-5 accuracy for P:, exact next state for A:). Ratios are paired by seed.
 
-    python benchmarks/bench_selection.py [--regime top5] [--seeds 3] [--budget 1600]
+    python benchmarks/bench_selection.py [--regime top5] [--seeds 3] [--first-seed 1] [--budget 1600] [--arms dapo,...]
 """
 
 from __future__ import annotations
@@ -149,14 +149,22 @@ def _mean_se(values: list[float]) -> str:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=1, help="seeds run from this one on")
     ap.add_argument("--budget", type=int, default=1600)
     ap.add_argument("--n-prompts", type=int, default=48,
                     help="training positions: few enough that the budget passes over them several times, as it must "
                          "for a history to exist")
     ap.add_argument("--regime", choices=sorted(REGIMES), default="top5")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help=f"comma-separated subset of {', '.join(ARMS)} (runs are deterministic per seed, so an arm "
+                         "measured alone matches its numbers in a full run)")
     ap.add_argument("--eval_depth", type=int, default=8)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    arms = args.arms.split(",")
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        ap.error(f"--arms: {unknown} not among {list(ARMS)}")
 
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.evaluate import evaluate
@@ -168,8 +176,8 @@ def main(argv=None) -> dict:
                               ("env_exact_accuracy", "held-out A: exact accuracy"))
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(1, args.seeds + 1):
-            for arm in ARMS:  # interleaved, so machine load drifts over all arms alike
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            for arm in arms:  # interleaved, so machine load drifts over all arms alike
                 r = run(arm, seed, args.budget, f"{tmp}/{arm}-{seed}", args.n_prompts, args.regime)
                 m = evaluate(r.pop("model"), held_out, settings=settings, progress=False)
                 r.update(quality=m[quality], legal=m.get("legal_move_rate", float("nan")))
@@ -179,7 +187,7 @@ def main(argv=None) -> dict:
              f"steps in budget | {quality_label} | held-out legal-move rate |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     per_arm = {}
-    for arm in ARMS:
+    for arm in arms:
         rs = [r for r in runs if r["arm"] == arm]
         # A run that trained on no signal group spent its whole budget for nothing: infinite cost, not its total.
         per = {k: [r[k] / r["signal_groups"] if r["signal_groups"] else float("inf") for r in rs]
@@ -190,10 +198,10 @@ def main(argv=None) -> dict:
                      f"{_mean_se([r['quality'] for r in rs])} | {_mean_se([r['legal'] for r in rs])} |")
     after = [r["flat_after"] for r in runs if r.get("flat_after") and None not in r["flat_after"].values()]
     ratios = []
-    selectors = [arm for arm in ARMS if arm.endswith("+resampling")]
+    selectors = [arm for arm in arms if arm.endswith("+resampling")]
     pairs = [("dapo", arm) for arm in ["resampling", *selectors]] + [("resampling", arm) for arm in selectors]
     pairs += [(a, b) for i, a in enumerate(selectors) for b in selectors[i + 1:]]
-    for base_arm, arm in pairs:
+    for base_arm, arm in [(a, b) for a, b in pairs if a in arms and b in arms]:
         paired = [a / b for a, b in zip(per_arm[base_arm]["completions"], per_arm[arm]["completions"])]
         ratios.append(f"{base_arm} / {arm}: {_mean_se(paired)}")
     lines += ["", f"Start (packaged model): {quality_label} {base[quality]:.3f} ± {base[quality + '_se']:.3f}. "
@@ -205,7 +213,9 @@ def main(argv=None) -> dict:
                   f"{_mean_se([a['signal'] for a in after])} after a group with signal."]
     result = {
         "title": f"Prompt selection on real training runs, {args.regime} regime: completions per signal group "
-                 f"({args.seeds} seeds, {args.budget} completions each)",
+                 f"({args.seeds} seeds"
+                 + (f" from {args.first_seed}" if args.first_seed != 1 else "")
+                 + (f", arms {', '.join(arms)}" if arms != list(ARMS) else "") + f", {args.budget} completions each)",
         "description": (f"tiny-rookworld on {args.n_prompts} of its {'P' if args.regime == 'top5' else 'A'}: "
                         f"positions with a binary reward ({args.regime}: "
                         f"{'B: in the engine top 5' if args.regime == 'top5' else 'exact next state'}), "
@@ -215,7 +225,9 @@ def main(argv=None) -> dict:
         "runs": runs, "regime": args.regime, "start": {quality: base[quality]},
         "table": "\n".join(lines),
         "command": f"python benchmarks/bench_selection.py --regime {args.regime} --seeds {args.seeds} "
-                   f"--budget {args.budget} --n-prompts {args.n_prompts}",
+                   + (f"--first-seed {args.first_seed} " if args.first_seed != 1 else "") +
+                   f"--budget {args.budget} --n-prompts {args.n_prompts}"
+                   + (f" --arms {args.arms}" if arms != list(ARMS) else ""),
     }
     return finish(result, args.out)
 

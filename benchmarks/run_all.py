@@ -32,6 +32,12 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("judge", "bench_judge", ["--seeds", "5"]),
     ("selection", "bench_selection", ["--seeds", "3"]),
     ("selection_env_exact", "bench_selection", ["--regime", "env_exact", "--seeds", "3"]),
+    # The pass-rate rule against DAPO in the all-fail regime (runs are deterministic per seed: the DAPO arm repeats
+    # its numbers above), and both rules on three more seeds of the mixed regime, where DAPO's cost varies by seed.
+    ("selection_env_exact_passrate", "bench_selection",
+     ["--regime", "env_exact", "--seeds", "3", "--arms", "dapo,passrate+resampling"]),
+    ("selection_more_seeds", "bench_selection",
+     ["--seeds", "3", "--first-seed", "11", "--arms", "dapo,greso+resampling,passrate+resampling"]),
     ("shapes", "bench_shapes", []),
 ]
 
