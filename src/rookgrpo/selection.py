@@ -121,7 +121,26 @@ class GresoRule:
         self.p = {int(k): float(v) for k, v in state.get("p", {}).items()} or self.p
 
 
-class PosteriorRule:
+class FixedRule:
+    """A rule with no state of its own (its keep probabilities come from the history alone)."""
+
+    def bind(self, history: PromptHistory) -> None:
+        pass
+
+    def after_batch(self, flat_share: float, history: PromptHistory) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class PosteriorRule(FixedRule):
     """Keep with probability ``1 - P(flat)``, ``P(flat)`` the posterior mean of the prompt's discounted flat rate.
 
     The prior is Beta with mean the run's flat share so far and weight ``prior_weight`` draws, so an unseen prompt is
@@ -153,20 +172,8 @@ class PosteriorRule:
         drawn = (rec[DDRAWN] if rec else 0.0) + self.prior_weight
         return max(self.explore, 1.0 - flat / drawn)
 
-    def after_batch(self, flat_share: float, history: PromptHistory) -> None:
-        pass
 
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-
-class PassRateRule:
+class PassRateRule(FixedRule):
     """For binary rewards: keep with probability one minus the chance that the prompt's next group is flat.
 
     The prompt's pass rate ``q`` has a Beta posterior: a prior of ``prior`` passes and ``prior`` fails (Jeffreys' at
@@ -194,9 +201,6 @@ class PassRateRule:
         self.G = None if num_generations is None else int(num_generations)
         self.prior, self.explore, self.pass_threshold = float(prior), float(explore), float(pass_threshold)
 
-    def bind(self, history: PromptHistory) -> None:
-        pass
-
     def keep_probability(self, rec: list[float] | None) -> float:
         if rec is None or not self.G:
             return 1.0
@@ -207,18 +211,6 @@ class PassRateRule:
             all_pass *= (a + i) / (a + b + i)
             all_fail *= (b + i) / (a + b + i)
         return max(self.explore, 1.0 - all_pass - all_fail)
-
-    def after_batch(self, flat_share: float, history: PromptHistory) -> None:
-        pass
-
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
 
 
 RULES = {"greso": GresoRule, "posterior": PosteriorRule, "passrate": PassRateRule}
