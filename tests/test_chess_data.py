@@ -1,7 +1,6 @@
 """RookWorld data: loading the hub layout from local files, generation, evaluation metrics, and the CLI."""
 
 import json
-import sys
 from collections import Counter
 
 import chess
