@@ -106,7 +106,8 @@ def test_greso_p_follows_the_flat_share_target():
 
 
 def test_pass_rate_rule_ranks_prompts_by_their_chance_of_a_flat_group():
-    history, rule = PromptHistory(discount=0.7), PassRateRule(num_generations=8, explore=0.0)
+    history, rule = PromptHistory(discount=0.7, group_size=8), PassRateRule(explore=0.0)
+    rule.bind(history)
     for prompt, passed in enumerate([0, 1, 4, 7, 8]):
         history.observe(prompt, passed in (0, 8), "low" if passed == 0 else "high", 1, pass_rate=passed / 8)
     keep = [rule.keep_probability(history.record(i)) for i in range(5)]
@@ -125,7 +126,9 @@ def test_pass_rate_rule_ranks_prompts_by_their_chance_of_a_flat_group():
         history.observe(9, True, "low", 1, pass_rate=0.0)
     history.observe(9, False, None, 2, pass_rate=0.5)
     assert rule.keep_probability(history.record(9)) > keep[1]
-    assert PassRateRule(num_generations=8, explore=0.3).keep_probability(history.record(0)) == 0.3
+    explorer = PassRateRule(explore=0.3)
+    explorer.bind(history)
+    assert explorer.keep_probability(history.record(0)) == 0.3
 
 
 def test_history_saved_before_pass_rates_loads():
@@ -190,7 +193,7 @@ def test_training_with_the_pass_rate_rule(tiny_model_dir, flat_dataset, tmp_path
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=binary,
                               args=tiny_grpo_args(tmp_path, max_steps=12, per_device_train_batch_size=16),
                               train_dataset=flat_dataset, callbacks=[selection])
-    assert selection.rule.G == trainer.num_generations == 4
+    assert selection.history.group_size == trainer.num_generations == 4
     trainer.train()
     history = selection.history
     odd = [history.record(i) for i in range(1, 32, 2) if history.record(i)]

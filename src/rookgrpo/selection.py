@@ -49,8 +49,9 @@ SIDES = {None: 0, "low": 1, "high": 2}
 class PromptHistory:
     """What each prompt's groups did when drawn (see the module docstring); plain lists, so it checkpoints as JSON."""
 
-    def __init__(self, discount: float = 0.7):
+    def __init__(self, discount: float = 0.7, group_size: int | None = None):
         self.discount = float(discount)
+        self.group_size = group_size  # completions per group (the trainer's num_generations), set when training starts
         self.records: dict[int, list[float]] = {}
         self.flat_total = 0
         self.drawn_total = 0
@@ -85,7 +86,31 @@ class PromptHistory:
         self.discount = float(state.get("discount", self.discount))
 
 
-class GresoRule:
+class Rule:
+    """What every rule has: the history it reads (bound by the callback), and hooks that a rule with no state of its
+    own leaves as they are. ``pass_threshold``: the reward at which a completion counts as passed, for a rule that
+    reads pass rates (None: the history records none)."""
+
+    history: PromptHistory | None = None
+    pass_threshold: float | None = None
+
+    def bind(self, history: PromptHistory) -> None:
+        self.history = history
+
+    def after_batch(self, flat_share: float, history: PromptHistory) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class GresoRule(Rule):
     """GRESO's rule: keep a prompt flat in its last ``k`` draws with probability ``p_side ** k``; ``p`` adapts.
 
     >>> rule = GresoRule(p_start=0.5)
@@ -121,26 +146,7 @@ class GresoRule:
         self.p = {int(k): float(v) for k, v in state.get("p", {}).items()} or self.p
 
 
-class FixedRule:
-    """A rule with no state of its own (its keep probabilities come from the history alone)."""
-
-    def bind(self, history: PromptHistory) -> None:
-        pass
-
-    def after_batch(self, flat_share: float, history: PromptHistory) -> None:
-        pass
-
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-
-class PosteriorRule(FixedRule):
+class PosteriorRule(Rule):
     """Keep with probability ``1 - P(flat)``, ``P(flat)`` the posterior mean of the prompt's discounted flat rate.
 
     The prior is Beta with mean the run's flat share so far and weight ``prior_weight`` draws, so an unseen prompt is
@@ -160,10 +166,6 @@ class PosteriorRule(FixedRule):
 
     def __init__(self, prior_weight: float = 2.0, explore: float = 0.1):
         self.prior_weight, self.explore = float(prior_weight), float(explore)
-        self.history: PromptHistory | None = None
-
-    def bind(self, history: PromptHistory) -> None:
-        self.history = history
 
     def keep_probability(self, rec: list[float] | None) -> float:
         h = self.history
@@ -173,18 +175,18 @@ class PosteriorRule(FixedRule):
         return max(self.explore, 1.0 - flat / drawn)
 
 
-class PassRateRule(FixedRule):
+class PassRateRule(Rule):
     """For binary rewards: keep with probability one minus the chance that the prompt's next group is flat.
 
     The prompt's pass rate ``q`` has a Beta posterior: a prior of ``prior`` passes and ``prior`` fails (Jeffreys' at
-    0.5) plus its discounted history, each group counting ``G`` completions, older groups ``discount`` times less
+    0.5) plus its discounted history, each group counting ``G`` completions (the history's ``group_size``), older groups ``discount`` times less
     per newer one. A group of ``G`` is flat when all pass or all fail, so ``P(flat) = E[q**G] + E[(1 - q)**G]``,
     both exact Beta moments. The keep probability is ``1 - P(flat)``, at least ``explore``. A completion passes when
     its reward (the weighted sum of the reward functions) is at least ``pass_threshold``; for a reward that is not
     binary the rule still runs, on that threshold, but a group can then have spread without crossing it.
 
     >>> from rookgrpo.selection import PromptHistory
-    >>> history = PromptHistory(); rule = PassRateRule(num_generations=8); rule.bind(history)
+    >>> history = PromptHistory(group_size=8); rule = PassRateRule(); rule.bind(history)
     >>> history.observe(1, True, "low", 1, pass_rate=0.0)     # 0 of 8 passed
     >>> history.observe(2, False, None, 1, pass_rate=0.125)   # 1 of 8
     >>> history.observe(3, False, None, 1, pass_rate=0.5)     # 4 of 8
@@ -194,20 +196,19 @@ class PassRateRule(FixedRule):
 
     name = "passrate"
 
-    def __init__(self, num_generations: int | None = None, prior: float = 0.5, explore: float = 0.05,
-                 pass_threshold: float = 1.0):
+    def __init__(self, prior: float = 0.5, explore: float = 0.05, pass_threshold: float = 1.0):
         if float(prior) <= 0:
             raise ValueError(f"prior must be > 0, got {prior}")
-        self.G = None if num_generations is None else int(num_generations)
         self.prior, self.explore, self.pass_threshold = float(prior), float(explore), float(pass_threshold)
 
     def keep_probability(self, rec: list[float] | None) -> float:
-        if rec is None or not self.G:
+        G = self.history.group_size if self.history is not None else None
+        if rec is None or not G:
             return 1.0
-        passes, fails = self.G * rec[DPASS], self.G * (rec[DDRAWN] - rec[DPASS])
+        passes, fails = G * rec[DPASS], G * (rec[DDRAWN] - rec[DPASS])
         a, b = self.prior + passes, self.prior + max(fails, 0.0)
         all_pass = all_fail = 1.0
-        for i in range(self.G):  # E[q**G] and E[(1-q)**G] under Beta(a, b)
+        for i in range(G):  # E[q**G] and E[(1-q)**G] under Beta(a, b)
             all_pass *= (a + i) / (a + b + i)
             all_fail *= (b + i) / (a + b + i)
         return max(self.explore, 1.0 - all_pass - all_fail)

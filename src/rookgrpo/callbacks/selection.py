@@ -62,8 +62,7 @@ class PromptSelection(RookCallback):
             raise ConfigError(f"prompt_selection: {exc} (rule {rule!r}).") from None
         self.max_skips = int(max_skips)
         self.history = PromptHistory(discount)
-        if hasattr(self.rule, "bind"):
-            self.rule.bind(self.history)
+        self.rule.bind(self.history)
         self.state: SelectionState | None = None
         # How predictable flatness is: redraws of prompts whose last group was flat / had signal, and how many of those
         # came out flat again (cumulative since training began).
@@ -76,8 +75,7 @@ class PromptSelection(RookCallback):
             raise ConfigError("prompt_selection: needs a map-style train_dataset (an indexed Dataset, not streaming), "
                               "to keep a history per prompt.")
         self.state = SelectionState(trainer.args.seed)
-        if getattr(self.rule, "G", False) is None:  # the pass-rate rule needs the group size
-            self.rule.G = trainer.num_generations
+        self.history.group_size = trainer.num_generations
         # The sampler's position is part of the checkpoint; replaying the skipped batches on resume would move it on.
         trainer.args.ignore_data_skip = True
 
@@ -115,7 +113,7 @@ class PromptSelection(RookCallback):
         rewards = combined_rewards(rewards_per_func, trainer.reward_weights).view(-1, trainer.num_generations)
         batch_mean = torch.nanmean(rewards).nan_to_num(0.0).item()
         group_means = torch.nanmean(rewards, dim=1).nan_to_num(batch_mean).tolist()  # unscored groups: the batch's
-        threshold = getattr(self.rule, "pass_threshold", None)
+        threshold = self.rule.pass_threshold
         pass_rates = ((rewards >= threshold).float().mean(dim=1).tolist() if threshold is not None
                       else [0.0] * len(flat))  # unscored (nan) completions count as not passed
         step = trainer.state.global_step
