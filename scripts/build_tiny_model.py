@@ -68,6 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--n_layer", type=int, default=6)
     p.add_argument("--n_head", type=int, default=4)
     p.add_argument("--n_embd", type=int, default=224)
+    p.add_argument("--m_order", choices=("random", "rank"), default="random",
+                   help="order of the M: moves in the SFT lines: random (as generated, RookWorld's) or engine rank "
+                        "(B: first, then by eval; rookgrpo.chess.data.rank_moves)")
     p.add_argument("--sft_a_share", type=float, default=0.5,
                    help="share of A: lines in the SFT mix: all P: lines are used and A: lines are drawn to this share\n"
                         "(the data stage makes more than a CPU budget can train on)")
@@ -162,7 +165,7 @@ def to_pairs(lines: list[str]):
 
 
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
-SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "sft_a_share", "epochs", "lr", "batch_size",
+SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16")
 
 
@@ -192,10 +195,11 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     import torch
     from trl import SFTConfig, SFTTrainer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.chess.data import rank_moves
+    from rookgrpo.tiny_model import TOKENIZERS, TinyGPT2Spec, build_tiny_gpt2
 
-    from rookgrpo.tiny_model import TOKENIZERS
-
+    if args.m_order == "rank":
+        sft_lines, held_lines = [rank_moves(x) for x in sft_lines], [rank_moves(x) for x in held_lines]
     sft_lines = sft_mix(sft_lines, args.sft_a_share, args.seed)
     tokenizer = TOKENIZERS[args.tokenizer]()
     longest = max(len(tokenizer(line)["input_ids"]) for line in sft_lines + held_lines) + 2
@@ -408,7 +412,7 @@ not a chess player, and it knows openings only: every position it was taught com
   positions ({build['splits']['grpo']}, `train_positions.txt`) and held-out evaluation positions
   ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
 - SFT: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to {a.get('sft_a_share', 1.0):.0%} of the
-  mix ({sft.get('train_lines', '?')} lines), prompt/completion pairs with the loss on the whole line, {a['epochs']}
+  mix ({sft.get('train_lines', '?')} lines), M: moves in {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole line, {a['epochs']}
   epochs, lr {a['lr']} cosine, batch {a['batch_size']}, {precision}; final train loss
   {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions {_fmt(sft.get('final_eval_loss'))} (nats per
   token).
@@ -426,6 +430,8 @@ Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/ti
 """
 
 
+M_ORDER_TEXT = {"random": "random order (as RookWorld writes them)",
+                "rank": "engine rank order (B: first, then by eval)"}
 TOKENIZER_TEXT = {"move": "one token per UCI move and per character otherwise", "char": "one token per character"}
 
 

@@ -51,3 +51,6 @@ def test_stages_out_of_order_say_which_stage_to_run(tmp_path):
     proc = run_cli([venv_bin("python"), SCRIPT, *TOY, "--n_embd", "32", "--stage", "finish",
                     "--work", str(tmp_path / "early" / "work"), "--out", str(tmp_path / "early" / "out")])
     assert proc.returncode != 0 and "--n_embd 32 (the SFT stage used 16)" in proc.stderr
+    proc = run_cli([venv_bin("python"), SCRIPT, *TOY, "--m_order", "rank", "--stage", "finish",
+                    "--work", str(tmp_path / "early" / "work"), "--out", str(tmp_path / "early" / "out")])
+    assert proc.returncode != 0 and "--m_order rank (the SFT stage used random)" in proc.stderr

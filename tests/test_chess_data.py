@@ -7,7 +7,7 @@ import chess
 import pytest
 
 from conftest import SHARED_DATA, run_cli, venv_bin
-from rookgrpo.chess.data import classify_move, generate, load_rookworld, rookworld_row
+from rookgrpo.chess.data import classify_move, generate, load_rookworld, rank_moves, rookworld_row
 from rookgrpo.chess.engine import EngineSettings, get_pool
 from rookgrpo.chess.formats import parse_env, parse_policy
 from rookgrpo.errors import ConfigError
@@ -65,6 +65,24 @@ def test_generation_is_deterministic_labels_engine_best_and_covers_special_cases
     assert set(kinds) == {"move", "illegal", "castling", "en_passant", "promotion", "checkmate", "stalemate"}
     # Whole-file sanity: both colours to move among the policy rows.
     assert {parse_policy(l).fen.split()[1] for l in p_lines} == {"w", "b"}
+
+
+def test_rank_order_puts_the_engine_best_first_and_keeps_every_move_with_its_eval(generated_lines):
+    ranked = [rank_moves(line) for line in generated_lines]
+    moved = 0
+    for before, after in zip(generated_lines, ranked):
+        if before.startswith("A:"):
+            assert after == before
+            continue
+        b, a = parse_policy(before), parse_policy(after)
+        assert a.ok and (a.fen, a.best) == (b.fen, b.best)
+        assert sorted(zip(a.moves, a.eval_texts)) == sorted(zip(b.moves, b.eval_texts))  # pairs kept together
+        assert a.moves[0] == a.best and a.evals[1:] == sorted(a.evals[1:], reverse=True)
+        assert rank_moves(after) == after
+        moved += after != before
+    assert moved > 0.5 * sum(l.startswith("P:") for l in generated_lines)  # generation writes random order
+    broken = "P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1b1 a1a2 E: 0.0 B: a1a2"
+    assert rank_moves(broken) == broken  # a line that does not parse is left as it was
 
 
 def test_max_plies_keeps_every_position_in_the_opening(engine_settings):

@@ -51,6 +51,7 @@ def test_rookworld_lm_124m_shape_runs_two_steps_of_the_rookworld_recipe(tmp_path
     for h in logs:
         assert h["completions/max_length"] <= 144 and h["memory/loss"] > 1000  # 124M in float32 with Adam: > 1 GB
         assert h["timing/step"] > 0 and h["resample/rounds"] >= 0
+        assert 0.0 <= h["select/flat_share"] <= 1.0  # the recipe's prompt selection is on
     metrics = evaluate(str(model_dir), str(tmp_path / "rookworld-hub" / "data" / "test-00000-of-00001.parquet"),
                        n=2, settings=engine_settings, progress=False)
     assert metrics["n_policy"] + metrics["n_env"] == 2

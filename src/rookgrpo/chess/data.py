@@ -29,6 +29,7 @@ from .formats import (
     PADDED,
     PolicyLine,
     env_step,
+    parse_policy,
     format_eval,
     render_env,
     render_policy,
@@ -167,6 +168,34 @@ def policy_line(fen: str, analysis, rng: random.Random) -> PolicyLine:
     line = PolicyLine.from_values(fen, moves, evals, analysis.best)
     line.eval_texts = [format_eval(e) for e in evals]
     return line
+
+
+def rank_moves(line: str, layout: str = COMPACT) -> str:
+    """``line`` with its M: moves (and their E: evals, in step) in engine rank order; other lines unchanged.
+
+    The B: move comes first, then the rest by eval, best first (ties keep their order; a move whose eval is not a
+    number goes last). Random order (what :func:`policy_line` writes, as RookWorld does) spreads each M: slot's
+    target evenly over the moves not yet listed; rank order gives every slot one target and makes M[0] the
+    engine's best move. Both are valid policy lines: no reward reads the order. A line that does not parse cleanly
+    is returned as it was.
+
+    >>> rank_moves("P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1b1 a1a2 a1b2 E: 0.0 0.1 -0.2 B: a1a2")
+    'P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1a2 a1b1 a1b2 E: 0.1 0.0 -0.2 B: a1a2'
+    >>> rank_moves("A: not a policy line")
+    'A: not a policy line'
+    """
+    if task_of(line) != "P":
+        return line
+    parsed = parse_policy(line)
+    if not parsed.ok:
+        return line
+    evals = parsed.evals
+    order = sorted(range(len(parsed.moves)),
+                   key=lambda i: (parsed.moves[i] != parsed.best, evals[i] is None,
+                                  -(evals[i] if evals[i] is not None else 0.0)))
+    parsed.moves = [parsed.moves[i] for i in order]
+    parsed.eval_texts = [parsed.eval_texts[i] for i in order]
+    return render_policy(parsed, layout)
 
 
 # Positions that guarantee each special A: case exists even in small samples: (fen, move, kind).
