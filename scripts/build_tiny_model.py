@@ -414,10 +414,10 @@ not a chess player, and it knows openings only: every position it was taught com
   positions ({build['splits']['grpo']}, `train_positions.txt`) and held-out evaluation positions
   ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
 - SFT: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to {a.get('sft_a_share', 1.0):.0%} of the
-  mix ({sft.get('train_lines', '?')} lines), M: moves in {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole line, {a['epochs']}
-  epochs, lr {a['lr']} cosine, batch {a['batch_size']}, {precision}; final train loss
-  {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions {_fmt(sft.get('final_eval_loss'))} (nats per
-  token).
+  mix ({sft.get('train_lines', '?')} lines), M: moves in {M_ORDER_TEXT[a.get('m_order', 'random')]},
+  prompt/completion pairs with the loss on the whole line, {a['epochs']} epochs, lr {a['lr']} cosine, batch
+  {a['batch_size']}, {precision}; final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO
+  positions {_fmt(sft.get('final_eval_loss'))} (nats per token).
 - run time: data {_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}
   Stockfish processes; SFT {_fmt(sft.get('seconds'))} s ({sft.get('steps', '?')} steps) on {sft.get('device', '?')};
   evaluation {build['stages']['finish']['seconds']} s.
