@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .wire import write_all, write_literal
+
 logger = logging.getLogger(__name__)
 
 SANDBOX_UID_BASE = 61000  # sandboxes run as uids from here on when started as root (see next_sandbox_uid)
@@ -469,8 +471,6 @@ class Sandbox:
             os.close(resp_w)
         if code:
             try:
-                from .wire import write_all
-
                 write_all(self.req_w, code)
             except OSError:
                 self.close()
@@ -485,14 +485,10 @@ class Sandbox:
 
     def load(self, code: str) -> None:
         """Send the program to a sandbox started in call mode; it loads it and answers the calls that follow."""
-        from .wire import write_literal
-
         write_literal(self.req_w, {"mode": "calls", "code": code})
 
     def start_program(self, code: str) -> None:
         """Start the program as a script reading stdin (see :meth:`wait_output`) and writing stdout."""
-        from .wire import write_literal
-
         self._start(subprocess.PIPE)
         write_literal(self.req_w, {"mode": "program", "code": code})
 
