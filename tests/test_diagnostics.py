@@ -81,6 +81,53 @@ def test_a_batch_with_no_token_to_learn_from_is_named(tiny_model_dir, smoke_data
     assert len(warnings) == len(masked) and "mask_truncated_completions" in warnings[0]
 
 
+def test_completions_cut_off_from_the_start_name_the_limit(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    """A random tiny model never emits eos within 8 tokens: every batch is cut off, and was from the first one."""
+    args = tiny_grpo_args(tmp_path, max_steps=2)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=smoke_dataset, callbacks=[Diagnostics(warn_every=1)])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+        trainer.train()
+    # TRL sees it too (its count differs by a row where the model happened to sample the pad token last).
+    assert all(r >= 0.5 for r in _history(trainer, "completions/clipped_ratio"))
+    warnings = [r.getMessage() for r in caplog.records if "without an end token" in r.getMessage()]
+    assert len(warnings) == 2, warnings
+    assert "100% already in the first training batch (step 0)" in warnings[0]
+    assert "raise max_completion_length" in warnings[0] and "mask_truncated_completions" in warnings[0]
+    assert not any("collapsing into run-on text" in w for w in warnings)
+
+
+def test_completions_that_start_running_on_are_named_as_collapse(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    """The same model made to end every completion for two steps (eos forced at the last position), then let go:
+    the cut-off share jumps from 0 to 1 and the warning calls it a collapse, not a short limit."""
+    from transformers import TrainerCallback
+
+    class LetGo(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                trainer.generation_config.forced_eos_token_id = None
+
+    args = tiny_grpo_args(tmp_path, max_steps=4)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=smoke_dataset, callbacks=[Diagnostics(warn_every=1), LetGo()])
+    trainer.generation_config.forced_eos_token_id = trainer.eos_token_ids[0]
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+        trainer.train()
+    ratios = _history(trainer, "completions/clipped_ratio")
+    assert ratios[:2] == [0.0, 0.0] and all(r >= 0.5 for r in ratios[2:]), ratios
+    warnings = [r.getMessage() for r in caplog.records if "without an end token" in r.getMessage()]
+    assert len(warnings) == 2, warnings
+    assert "100% of this batch's completions ran to max_completion_length (8 tokens)" in warnings[0]
+    assert "against 0% in the first training batch (step 0)" in warnings[0]
+    assert "collapsing into run-on text" in warnings[0] and "lower learning_rate" in warnings[0]
+    # The first batch's share is kept with the callback's state, so a resumed run still knows where it started.
+    state = trainer.callback_handler.callbacks[[type(c) for c in trainer.callback_handler.callbacks].index(
+        Diagnostics)].state_dict()
+    restored = Diagnostics()
+    restored.load_state_dict(state)
+    assert restored._first_truncated == (0, 0.0)
+
+
 def test_peak_memory_is_booked_to_the_phase_that_used_it(tiny_model_dir, smoke_dataset, tmp_path):
     """A reward that holds 256 MiB for a moment: the rewards phase's peak shows it, the other phases' do not."""
     import torch
