@@ -27,6 +27,7 @@ optimizer steps taken within the budget, and held-out quality after the run (gre
 the regime's task: top-5 accuracy for P:, exact next state for A:). Ratios are paired by seed.
 
     python benchmarks/bench_selection.py [--regime top5] [--seeds 3] [--first-seed 1] [--budget 1600] [--arms dapo,...]
+        [--diagnostics]
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class EnvExactBinary:
 REGIMES = {"top5": ("P", Top5Binary), "env_exact": ("A", EnvExactBinary)}
 
 
-def run(arm: str, seed: int, budget: int, out: str, n_prompts: int, regime: str = "top5") -> dict:
+def run(arm: str, seed: int, budget: int, out: str, n_prompts: int, regime: str = "top5",
+        diagnostics: bool = False) -> dict:
     from transformers import TrainerCallback
 
     from bench_resampling import Counter
@@ -123,7 +125,8 @@ def run(arm: str, seed: int, budget: int, out: str, n_prompts: int, regime: str 
                 control.should_training_stop = True
 
     trainer = RookGRPOTrainer(model="rookgrpo/tiny-rookworld", reward_funcs=[reward()], args=args,
-                              train_dataset=data, callbacks=[*ARMS[arm], SignalCount()])
+                              train_dataset=data, callbacks=[*(["diagnostics"] if diagnostics else []), *ARMS[arm],
+                                                             SignalCount()])
     counter = Counter(trainer)
     trainer.add_callback(Budget())
     start = time.perf_counter()
@@ -159,8 +162,15 @@ def main(argv=None) -> dict:
                     help=f"comma-separated subset of {', '.join(ARMS)} (runs are deterministic per seed, so an arm "
                          "measured alone matches its numbers in a full run)")
     ap.add_argument("--eval_depth", type=int, default=8)
+    ap.add_argument("--diagnostics", action="store_true",
+                    help="add the diagnostics callback to every arm (it does not change a run): its warnings, e.g. "
+                         "completions running on to max_completion_length, go to the log")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.diagnostics:
+        import logging
+
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     arms = args.arms.split(",")
     unknown = sorted(set(arms) - set(ARMS))
     if unknown:
@@ -178,7 +188,7 @@ def main(argv=None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             for arm in arms:  # interleaved, so machine load drifts over all arms alike
-                r = run(arm, seed, args.budget, f"{tmp}/{arm}-{seed}", args.n_prompts, args.regime)
+                r = run(arm, seed, args.budget, f"{tmp}/{arm}-{seed}", args.n_prompts, args.regime, args.diagnostics)
                 m = evaluate(r.pop("model"), held_out, settings=settings, progress=False)
                 r.update(quality=m[quality], legal=m.get("legal_move_rate", float("nan")))
                 runs.append(r)
