@@ -162,8 +162,9 @@ def saturated_rewards(rewards_per_func: torch.Tensor, names: list[str],
 
 def truncated_rows(completion_ids: torch.Tensor, eos_token_ids: list[int], limit: int) -> torch.Tensor:
     """Rows of a padded completion batch that hold no end token within their first ``limit`` tokens: cut off at
-    ``max_completion_length`` (TRL's ``completions/clipped_ratio`` counts the same rows; padding after an end token,
-    even when pad is eos, does not matter).
+    ``max_completion_length``. Padding after an end token, even when pad is eos, does not matter. TRL's
+    ``completions/clipped_ratio`` counts the same rows but one: a row whose last token is a sampled pad token (TRL
+    counts it as finished).
 
     >>> ids = torch.tensor([[5, 6, 0, 0], [5, 6, 7, 8], [5, 0, 9, 9]])  # eos 0; pad 9 after the third row's eos
     >>> truncated_rows(ids, [0], limit=4)
