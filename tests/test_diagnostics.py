@@ -97,35 +97,57 @@ def test_completions_cut_off_from_the_start_name_the_limit(tiny_model_dir, smoke
     assert not any("collapsing into run-on text" in w for w in warnings)
 
 
-def test_completions_that_start_running_on_are_named_as_collapse(tiny_model_dir, smoke_dataset, tmp_path, caplog):
-    """The same model made to end every completion for two steps (eos forced at the last position), then let go:
-    the cut-off share jumps from 0 to 1 and the warning calls it a collapse, not a short limit."""
+def _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, let_go_at: int, **layout):
+    """The random tiny model made to end every completion (eos forced at the last position) until optimizer step
+    ``let_go_at``, then let go, so it runs on to max_completion_length: (trainer, diagnostics, warnings)."""
     from transformers import TrainerCallback
 
     class LetGo(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == 2:
+            if state.global_step == let_go_at:
                 trainer.generation_config.forced_eos_token_id = None
 
-    args = tiny_grpo_args(tmp_path, max_steps=4)
-    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
-                              train_dataset=smoke_dataset, callbacks=[Diagnostics(warn_every=1), LetGo()])
+    diagnostics = Diagnostics(warn_every=1)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset",
+                              args=tiny_grpo_args(tmp_path, **layout), train_dataset=smoke_dataset,
+                              eval_dataset=smoke_dataset.select(range(8)) if "eval_strategy" in layout else None,
+                              callbacks=[diagnostics, LetGo()])
     trainer.generation_config.forced_eos_token_id = trainer.eos_token_ids[0]
     with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
         trainer.train()
+    return trainer, diagnostics, [r.getMessage() for r in caplog.records if "without an end token" in r.getMessage()]
+
+
+def test_completions_that_start_running_on_are_named_as_collapse(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    """Forced to end for two steps, then let go: the cut-off share jumps from 0 to 1 and the warning calls it a
+    collapse, not a short limit."""
+    trainer, diagnostics, warnings = _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, 2, max_steps=4)
     ratios = _history(trainer, "completions/clipped_ratio")
     assert ratios[:2] == [0.0, 0.0] and all(r >= 0.5 for r in ratios[2:]), ratios
-    warnings = [r.getMessage() for r in caplog.records if "without an end token" in r.getMessage()]
     assert len(warnings) == 2, warnings
     assert "100% of this batch's completions ran to max_completion_length (8 tokens)" in warnings[0]
     assert "against 0% in the first training batch (step 0)" in warnings[0]
     assert "collapsing into run-on text" in warnings[0] and "lower learning_rate" in warnings[0]
     # The first batch's share is kept with the callback's state, so a resumed run still knows where it started.
-    state = trainer.callback_handler.callbacks[[type(c) for c in trainer.callback_handler.callbacks].index(
-        Diagnostics)].state_dict()
     restored = Diagnostics()
-    restored.load_state_dict(state)
+    restored.load_state_dict(diagnostics.state_dict())
     assert restored._first_truncated == (0, 0.0)
+
+
+def test_run_on_warning_counts_training_generation_batches_only(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    """Gradient accumulation, a generation batch reused over steps (steps_per_generation 2, num_iterations 2) and an
+    evaluation after every step: one warning per training generation batch after the let-go, each against the first
+    training batch; the evaluations' cut-off completions neither warn nor become the reference."""
+    layout = dict(max_steps=6, per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2,
+                  num_iterations=2, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8)
+    trainer, diagnostics, warnings = _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, 2, **layout)
+    # A generation batch of 8 rows serves 2 micro-batches x 2 iterations = 2 optimizer steps: batches at steps 0, 2
+    # and 4, the last two after the let-go.
+    assert len(warnings) == 2, warnings
+    assert all("against 0% in the first training batch (step 0)" in w for w in warnings), warnings
+    assert [w.split(":")[0] for w in warnings] == ["step 2", "step 4"], warnings
+    assert diagnostics._first_truncated == (0, 0.0)
+    assert [h for h in trainer.state.log_history if "eval_loss" in h]  # the evaluations did run
 
 
 def test_peak_memory_is_booked_to_the_phase_that_used_it(tiny_model_dir, smoke_dataset, tmp_path):
