@@ -180,8 +180,8 @@ class PassRateRule(Rule):
 
     The prompt's pass rate ``q`` has a Beta posterior: a prior of ``prior`` passes and ``prior`` fails (Jeffreys' at
     0.5) plus its discounted history, each group counting ``G`` completions (the history's ``group_size``), older
-    groups ``discount`` times less per newer one. A group of ``G`` is flat when all pass or all fail, so ``P(flat) = E[q**G] + E[(1 - q)**G]``,
-    both exact Beta moments. The keep probability is ``1 - P(flat)``, at least ``explore``. A completion passes when
+    groups ``discount`` times less per newer one. A group of ``G`` is flat when all pass or all fail, so
+    ``P(flat) = E[q**G] + E[(1 - q)**G]``, both exact Beta moments. The keep probability is ``1 - P(flat)``, at least ``explore``. A completion passes when
     its reward (the weighted sum of the reward functions) is at least ``pass_threshold``; for a reward that is not
     binary the rule still runs, on that threshold, but a group can then have spread without crossing it.
 
