@@ -19,7 +19,9 @@ Every arm runs until it has generated the same number of completions (``--budget
 - ``greso+resampling``: ``prompt_selection`` with GRESO's rule, then resampling for what still comes out flat;
 - ``posterior+resampling``: ``prompt_selection`` with the posterior rule, then resampling;
 - ``passrate+resampling``: ``prompt_selection`` with the pass-rate rule (both rewards here are binary), then
-  resampling.
+  resampling;
+- ``passrate-target+resampling``: the pass-rate rule as a threshold on the chance of signal, moved to hold the flat
+  share at 0.25 (``target_flat``, GRESO's target), then resampling.
 
 Per arm, mean ± standard error over seeds: completions generated per signal-bearing group trained on (the groups
 of the optimised batches with reward spread; lower is better), generate calls and wall seconds per signal group,
@@ -51,6 +53,8 @@ ARMS = {
                              {"name": "zero_std_resampling", "max_rounds": 2}],
     "passrate+resampling": [{"name": "prompt_selection", "rule": "passrate"},
                             {"name": "zero_std_resampling", "max_rounds": 2}],
+    "passrate-target+resampling": [{"name": "prompt_selection", "rule": "passrate", "target_flat": 0.25},
+                                   {"name": "zero_std_resampling", "max_rounds": 2}],
 }
 
 

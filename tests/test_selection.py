@@ -131,6 +131,38 @@ def test_pass_rate_rule_ranks_prompts_by_their_chance_of_a_flat_group():
     assert explorer.keep_probability(history.record(0)) == 0.3
 
 
+def test_pass_rate_target_keeps_the_likeliest_to_have_signal_and_moves_its_threshold():
+    history = PromptHistory(discount=0.7, group_size=8)
+    rule = PassRateRule(explore=0.1, target_flat=0.25, step=0.2, max_threshold=0.9)
+    rule.bind(history)
+    for prompt, passed in enumerate([0, 1, 4]):  # signal chances about 0.29, 0.65, 0.95
+        history.observe(prompt, passed == 0, "low", 1, pass_rate=passed / 8)
+    chances = [rule.signal_chance(history.record(i)) for i in range(3)]
+    assert chances[0] < 0.35 < 0.6 < chances[1] < 0.7 < 0.9 < chances[2]
+    assert rule.signal_threshold == 0.0 and [rule.keep_probability(history.record(i)) for i in range(3)] == [1.0] * 3
+    rule.after_batch(0.5, history)
+    rule.after_batch(0.5, history)  # flat share above the target twice: threshold 0.4
+    assert rule.signal_threshold == pytest.approx(0.4)
+    assert [rule.keep_probability(history.record(i)) for i in range(3)] == [0.1, 1.0, 1.0]
+    for _ in range(3):
+        rule.after_batch(0.5, history)
+    assert rule.signal_threshold == pytest.approx(0.9)  # capped: some prompts always pass it
+    assert [rule.keep_probability(history.record(i)) for i in range(3)] == [0.1, 0.1, 1.0]
+    assert rule.keep_probability(None) == 1.0
+    assert rule.metrics() == {"select/signal_threshold": pytest.approx(0.9)}
+    restored = PassRateRule(target_flat=0.25)
+    restored.load_state_dict(rule.state_dict())
+    assert restored.signal_threshold == pytest.approx(0.9)
+    for _ in range(10):
+        rule.after_batch(0.25, history)  # at the target counts as not above it: the threshold falls to 0
+    assert rule.signal_threshold == 0.0
+    plain = PassRateRule(explore=0.1)  # off by default: keep with probability 1 - P(flat), no state, no metric
+    plain.bind(history)
+    plain.after_batch(1.0, history)
+    assert plain.keep_probability(history.record(0)) == pytest.approx(chances[0])
+    assert plain.state_dict() == {} and plain.metrics() == {}
+
+
 def test_history_saved_before_pass_rates_loads():
     history = PromptHistory()
     history.load_state_dict({"records": {"3": [2, 1, 1, 1, 5, 0, 1.0, 1.7]}, "flat_total": 1, "drawn_total": 2})
@@ -233,6 +265,8 @@ def test_bad_settings_fail_before_training(tiny_model_dir, smoke_dataset, tmp_pa
         PromptSelection(rule="greso", explore=0.1)
     with pytest.raises(ConfigError, match="prompt_selection: prior must be > 0, got 0 .rule 'passrate'"):
         PromptSelection(rule="passrate", prior=0)
+    with pytest.raises(ConfigError, match="prompt_selection: target_flat must be in .0, 1. .or None: off., got 1.5"):
+        PromptSelection(rule="passrate", target_flat=1.5)
 
 
 def test_streaming_data_is_refused_with_the_reason(tiny_model_dir, smoke_dataset, tmp_path):

@@ -17,7 +17,9 @@ each prompt did the last times it was drawn. The pieces:
   - :class:`PassRateRule`, for binary rewards: a Beta posterior over the prompt's pass rate ``q`` from its discounted
     pass counts, and the chance that all ``G`` completions of its next group agree, ``E[q**G + (1 - q)**G]``; kept
     with probability one minus that, at least ``explore``. It tells a prompt that passed 1 of 8 (likely flat next
-    time) from one that passed 4 of 8, which a flat/not-flat history cannot.
+    time) from one that passed 4 of 8, which a flat/not-flat history cannot. With ``target_flat`` set it keeps a
+    prompt only when that chance of signal is at least a threshold, and moves the threshold after every generation
+    batch to hold the flat share at ``target_flat`` (GRESO's controller on the pass-rate posterior).
 
 - :class:`SelectingSampler`: TRL's ``RepeatSampler`` structure (each chosen prompt ``G`` times, each generation batch
   ``steps_per_generation x num_iterations`` times), with the prompts of each generation batch chosen by walking a
@@ -181,9 +183,17 @@ class PassRateRule(Rule):
     The prompt's pass rate ``q`` has a Beta posterior: a prior of ``prior`` passes and ``prior`` fails (Jeffreys' at
     0.5) plus its discounted history, each group counting ``G`` completions (the history's ``group_size``), older
     groups ``discount`` times less per newer one. A group of ``G`` is flat when all pass or all fail, so
-    ``P(flat) = E[q**G] + E[(1 - q)**G]``, both exact Beta moments. The keep probability is ``1 - P(flat)``, at least ``explore``. A completion passes when
-    its reward (the weighted sum of the reward functions) is at least ``pass_threshold``; for a reward that is not
-    binary the rule still runs, on that threshold, but a group can then have spread without crossing it.
+    ``P(flat) = E[q**G] + E[(1 - q)**G]``, both exact Beta moments. The keep probability is ``1 - P(flat)``, at
+    least ``explore``. A completion passes when its reward (the weighted sum of the reward functions) is at least
+    ``pass_threshold``; for a reward that is not binary the rule still runs, on that threshold, but a group can then
+    have spread without crossing it.
+
+    ``target_flat`` (default None: off) makes the decision a threshold: a prompt whose chance of signal
+    ``1 - P(flat)`` is at least ``signal_threshold`` is kept, any other with probability ``explore``. The threshold
+    starts at 0 (every prompt kept) and moves by ``step`` after every generation batch: up when the batch's flat
+    share was above ``target_flat``, down otherwise, within ``[0, max_threshold]``. Keeping with probability
+    ``1 - P(flat)`` still draws a prompt that is flat 7 times in 10 three times in ten; the threshold spends the
+    draws on the prompts most likely to have signal, as far as the history allows.
 
     >>> from rookgrpo.selection import PromptHistory
     >>> history = PromptHistory(group_size=8); rule = PassRateRule(); rule.bind(history)
@@ -192,16 +202,29 @@ class PassRateRule(Rule):
     >>> history.observe(3, False, None, 1, pass_rate=0.5)     # 4 of 8
     >>> [round(rule.keep_probability(history.record(i)), 2) for i in (1, 2, 3)]
     [0.29, 0.65, 0.95]
+    >>> target = PassRateRule(target_flat=0.25, step=0.5, explore=0.05); target.bind(history)
+    >>> target.after_batch(0.5, history)  # half the batch was flat, above the target: the threshold rises
+    >>> target.signal_threshold, [target.keep_probability(history.record(i)) for i in (1, 2, 3)]
+    (0.5, [0.05, 1.0, 1.0])
     """
 
     name = "passrate"
 
-    def __init__(self, prior: float = 0.5, explore: float = 0.05, pass_threshold: float = 1.0):
+    def __init__(self, prior: float = 0.5, explore: float = 0.05, pass_threshold: float = 1.0,
+                 target_flat: float | None = None, step: float = 0.05, max_threshold: float = 0.95):
         if float(prior) <= 0:
             raise ValueError(f"prior must be > 0, got {prior}")
+        if target_flat is not None and not 0.0 <= float(target_flat) <= 1.0:
+            raise ValueError(f"target_flat must be in [0, 1] (or None: off), got {target_flat}")
+        if float(step) <= 0 or not 0.0 <= float(max_threshold) <= 1.0:
+            raise ValueError(f"step must be > 0 and max_threshold in [0, 1], got {step} and {max_threshold}")
         self.prior, self.explore, self.pass_threshold = float(prior), float(explore), float(pass_threshold)
+        self.target_flat = None if target_flat is None else float(target_flat)
+        self.step, self.max_threshold = float(step), float(max_threshold)
+        self.signal_threshold = 0.0
 
-    def keep_probability(self, rec: list[float] | None) -> float:
+    def signal_chance(self, rec: list[float] | None) -> float:
+        """``1 - P(flat)``: the posterior chance that the prompt's next group of ``G`` has both passes and fails."""
         G = self.history.group_size if self.history is not None else None
         if rec is None or not G:
             return 1.0
@@ -211,7 +234,28 @@ class PassRateRule(Rule):
         for i in range(G):  # E[q**G] and E[(1-q)**G] under Beta(a, b)
             all_pass *= (a + i) / (a + b + i)
             all_fail *= (b + i) / (a + b + i)
-        return max(self.explore, 1.0 - all_pass - all_fail)
+        return 1.0 - all_pass - all_fail
+
+    def keep_probability(self, rec: list[float] | None) -> float:
+        signal = self.signal_chance(rec)
+        if self.target_flat is None:
+            return max(self.explore, signal)
+        return 1.0 if signal >= self.signal_threshold else self.explore
+
+    def after_batch(self, flat_share: float, history: PromptHistory) -> None:
+        if self.target_flat is None:
+            return
+        delta = self.step if flat_share > self.target_flat else -self.step
+        self.signal_threshold = min(self.max_threshold, max(0.0, self.signal_threshold + delta))
+
+    def metrics(self) -> dict[str, float]:
+        return {} if self.target_flat is None else {"select/signal_threshold": self.signal_threshold}
+
+    def state_dict(self) -> dict:
+        return {} if self.target_flat is None else {"signal_threshold": self.signal_threshold}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.signal_threshold = float(state.get("signal_threshold", self.signal_threshold))
 
 
 RULES = {"greso": GresoRule, "posterior": PosteriorRule, "passrate": PassRateRule}
