@@ -11,10 +11,10 @@ Logged per generation batch: ``select/flat_share`` (share of the drawn groups th
 no token to learn from; the batch as sampled, before any resampling), ``select/skipped`` and ``select/kept`` (prompts
 the sampler passed over and chose since the previous generation batch), ``select/predicted_flat_precision`` (share of
 the skipped prompts whose group was flat when last drawn; logged when some were skipped), the rule's own numbers
-(GRESO: ``select/p_low``, ``select/p_high``), and how predictable flatness is in this run: ``select/flat_after_flat``
-and ``select/flat_after_signal``, the share of redrawn prompts whose group came out flat again, among those whose last
-group was flat and among those whose last group had signal (cumulative). Selection can only help where the first is
-well above the second.
+(GRESO: ``select/p_low``, ``select/p_high``; passrate with ``target_flat``: ``select/signal_threshold``), and how
+predictable flatness is in this run: ``select/flat_after_flat`` and ``select/flat_after_signal``, the share of
+redrawn prompts whose group came out flat again, among those whose last group was flat and among those whose last
+group had signal (cumulative). Selection can only help where the first is well above the second.
 
 With ``zero_std_resampling``, the resampler draws its replacement prompts in proportion to the same keep
 probabilities (:meth:`PromptSelection.replacement_weights`), so both skip what the history predicts flat.
@@ -44,7 +44,8 @@ class PromptSelection(RookCallback):
         max_skips: a prompt skipped this many times in a row is drawn the next time.
         discount: weight of a prompt's older draws per newer draw, for the posterior rule.
         **rule_kwargs: the rule's own settings (GRESO: ``target_flat``, ``p_start``, ``step``, ``p_min``;
-            posterior: ``prior_weight``, ``explore``; passrate: ``prior``, ``explore``, ``pass_threshold``).
+            posterior: ``prior_weight``, ``explore``; passrate: ``prior``, ``explore``, ``pass_threshold``, and
+            ``target_flat``, ``step``, ``max_threshold`` for its threshold mode).
     """
 
     state_key = "prompt_selection"
