@@ -46,6 +46,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("selection_target", "bench_selection", ["--seeds", "3", "--arms", "dapo,passrate-target+resampling"]),
     ("selection_target_more_seeds", "bench_selection",
      ["--seeds", "3", "--first-seed", "11", "--arms", "dapo,passrate-target+resampling"]),
+    ("selection_env_exact_target", "bench_selection",
+     ["--regime", "env_exact", "--seeds", "3", "--arms", "dapo,passrate-target+resampling"]),
     ("shapes", "bench_shapes", []),
 ]
 

@@ -234,7 +234,7 @@ class PassRateRule(Rule):
         for i in range(G):  # E[q**G] and E[(1-q)**G] under Beta(a, b)
             all_pass *= (a + i) / (a + b + i)
             all_fail *= (b + i) / (a + b + i)
-        return 1.0 - all_pass - all_fail
+        return max(0.0, 1.0 - all_pass - all_fail)  # never below 0 from rounding, so threshold 0 keeps every prompt
 
     def keep_probability(self, rec: list[float] | None) -> float:
         signal = self.signal_chance(rec)
