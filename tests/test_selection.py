@@ -214,14 +214,16 @@ def test_training_with_selection_skips_the_flat_prompts_and_logs_it(tiny_model_d
     assert extra_groups > 0 and history.drawn_total == 12 * 4 + extra_groups
 
 
-def test_training_with_the_pass_rate_rule(tiny_model_dir, flat_dataset, tmp_path):
+@pytest.mark.parametrize("threshold", [{}, {"target_flat": 0.25, "step": 0.1}], ids=["plain", "target_flat"])
+def test_training_with_the_pass_rate_rule(tiny_model_dir, flat_dataset, tmp_path, threshold):
     """Binary reward: odd prompts always fail (flat), even ones pass about half the time. The rule learns the group
-    size from the trainer and each prompt's pass rate from its groups, and skips the always-failing prompts."""
+    size from the trainer and each prompt's pass rate from its groups, and skips the always-failing prompts; in its
+    threshold mode the threshold rises while the flat share is above the target."""
 
     def binary(completions, signal, **kwargs):
         return [float(s and sum(map(ord, x)) % 2 == 0) for x, s in zip(completions, signal)]
 
-    selection = PromptSelection(rule="passrate")
+    selection = PromptSelection(rule="passrate", **threshold)
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=binary,
                               args=tiny_grpo_args(tmp_path, max_steps=12, per_device_train_batch_size=16),
                               train_dataset=flat_dataset, callbacks=[selection])
@@ -235,6 +237,12 @@ def test_training_with_the_pass_rate_rule(tiny_model_dir, flat_dataset, tmp_path
     flat = _history(trainer, "select/flat_share")
     assert sum(flat[-4:]) / 4 < sum(flat[:8]) / 8  # once seen, the always-failing prompts are mostly skipped
     assert sum(_history(trainer, "select/skipped")) > 0
+    thresholds = _history(trainer, "select/signal_threshold")
+    if threshold:
+        assert thresholds and max(thresholds) >= 0.3  # above an all-fail prompt's chance of signal (0.29 after one)
+        assert selection.state_dict()["rule"] == {"signal_threshold": selection.rule.signal_threshold}
+    else:
+        assert not thresholds
 
 
 def test_resume_restores_history_rule_and_sampler_position(tiny_model_dir, flat_dataset, tmp_path):

@@ -191,9 +191,9 @@ class PassRateRule(Rule):
     ``target_flat`` (default None: off) makes the decision a threshold: a prompt whose chance of signal
     ``1 - P(flat)`` is at least ``signal_threshold`` is kept, any other with probability ``explore``. The threshold
     starts at 0 (every prompt kept) and moves by ``step`` after every generation batch: up when the batch's flat
-    share was above ``target_flat``, down otherwise, within ``[0, max_threshold]``. Keeping with probability
-    ``1 - P(flat)`` still draws a prompt that is flat 7 times in 10 three times in ten; the threshold spends the
-    draws on the prompts most likely to have signal, as far as the history allows.
+    share was above ``target_flat``, down otherwise, within ``[0, max_threshold]``. Without it, a prompt whose next
+    group is flat with probability 0.7 is still drawn three times in ten, whatever else is on offer; the threshold
+    spends the draws on the prompts likeliest to have signal, as far as the history allows.
 
     >>> from rookgrpo.selection import PromptHistory
     >>> history = PromptHistory(group_size=8); rule = PassRateRule(); rule.bind(history)
