@@ -43,6 +43,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     # above on both sets of seeds.
     ("selection_long", "bench_selection",
      ["--seeds", "3", "--budget", "3200", "--arms", "vanilla,dapo,greso+resampling,passrate-target+resampling"]),
+    ("selection_long_resampling", "bench_selection", ["--seeds", "3", "--budget", "3200", "--arms", "dapo,resampling"]),
     ("selection_target", "bench_selection", ["--seeds", "3", "--arms", "dapo,passrate-target+resampling"]),
     ("selection_target_more_seeds", "bench_selection",
      ["--seeds", "3", "--first-seed", "11", "--arms", "dapo,passrate-target+resampling"]),
