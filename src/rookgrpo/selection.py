@@ -88,6 +88,12 @@ class PromptHistory:
         self.discount = float(state.get("discount", self.discount))
 
 
+def _nudged(value: float, step: float, flat_share: float, target_flat: float, low: float, high: float) -> float:
+    """The controller GRESO's rule and the pass-rate threshold share: ``value + step`` when the batch's flat share was
+    above ``target_flat`` (at the target counts as not above), ``value - step`` otherwise, within ``[low, high]``."""
+    return min(high, max(low, value + (step if flat_share > target_flat else -step)))
+
+
 class Rule:
     """What every rule has: the history it reads (bound by the callback), and hooks that a rule with no state of its
     own leaves as they are. ``pass_threshold``: the reward at which a completion counts as passed, for a rule that
@@ -134,9 +140,8 @@ class GresoRule(Rule):
         return self.p[int(rec[SIDE]) or 1] ** int(rec[STREAK])
 
     def after_batch(self, flat_share: float, history: PromptHistory) -> None:
-        delta = -self.step if flat_share > self.target_flat else self.step
-        for side in self.p:
-            self.p[side] = min(1.0, max(self.p_min, self.p[side] + delta))
+        for side in self.p:  # more flat than the target: keep previously flat prompts less often
+            self.p[side] = _nudged(self.p[side], -self.step, flat_share, self.target_flat, self.p_min, 1.0)
 
     def metrics(self) -> dict[str, float]:
         return {"select/p_low": self.p[1], "select/p_high": self.p[2]}
@@ -245,8 +250,8 @@ class PassRateRule(Rule):
     def after_batch(self, flat_share: float, history: PromptHistory) -> None:
         if self.target_flat is None:
             return
-        delta = self.step if flat_share > self.target_flat else -self.step
-        self.signal_threshold = min(self.max_threshold, max(0.0, self.signal_threshold + delta))
+        self.signal_threshold = _nudged(self.signal_threshold, self.step, flat_share, self.target_flat, 0.0,
+                                        self.max_threshold)
 
     def metrics(self) -> dict[str, float]:
         return {} if self.target_flat is None else {"select/signal_threshold": self.signal_threshold}
