@@ -63,8 +63,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="games stop after this many plies, so positions come from the opening (plies 4 to N-1):\n"
                         "a narrower distribution a sub-million-parameter model can learn within a CPU budget")
     p.add_argument("--eval_depth", type=int, default=8, help="Stockfish depth for evaluation")
-    p.add_argument("--tokenizer", choices=("move", "char"), default="move",
-                   help="move: one token per UCI move, else one per character (rookgrpo.tiny_model.TOKENIZERS)")
+    p.add_argument("--tokenizer", choices=("move", "board", "char"), default="move",
+                   help="move: one token per UCI move, else one per character; board: move, plus one token per\n"
+                        "frequent FEN rank string of the SFT lines (--rank_vocab of them); char: one per character\n"
+                        "(rookgrpo.tiny_model.TOKENIZERS)")
+    p.add_argument("--rank_vocab", type=int, default=2048,
+                   help="board tokenizer: at most this many FEN rank tokens, the most frequent in the SFT lines that\n"
+                        "occur at least twice (rookgrpo.tiny_model.frequent_ranks). 2048 cover about 85%% of the\n"
+                        "opening ranks and keep the default model's weights under 20 MB")
+    p.add_argument("--unlikelihood", type=float, default=0.0,
+                   help="weight of an unlikelihood term on M: lists (Welleck et al. 2019): at each move of M:, minus\n"
+                        "log(1 - p) of every move already listed. RookWorld never repeats a move in M:, yet the v2\n"
+                        "build's next-move distribution in M: did not change after a move was listed, so greedy\n"
+                        "decoding wrote one move five times. 0: plain cross-entropy")
     p.add_argument("--n_layer", type=int, default=6)
     p.add_argument("--n_head", type=int, default=4)
     p.add_argument("--n_embd", type=int, default=224)
@@ -88,12 +99,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "of the default model; --no-bf16 for a CPU without bf16 units")
     p.add_argument("--max_steps", type=int, default=-1, help="cap SFT steps (timing runs); -1 trains all epochs")
     args = p.parse_args(argv)
-    for name in ("n_lines", "n_games", "n_eval", "n_layer", "n_head", "n_embd", "batch_size", "workers"):
+    for name in ("n_lines", "n_games", "n_eval", "n_layer", "n_head", "n_embd", "batch_size", "workers", "rank_vocab"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     for name in ("a_share", "sft_a_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             p.error(f"--{name} must be within [0, 1], got {getattr(args, name)}")
+    if args.unlikelihood < 0:
+        p.error(f"--unlikelihood must be at least 0, got {args.unlikelihood}")
     if args.n_embd % args.n_head:
         p.error(f"--n_embd ({args.n_embd}) must be a multiple of --n_head ({args.n_head})")
     return args
@@ -168,12 +181,75 @@ def to_pairs(lines: list[str]):
 
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
-            "max_steps", "bf16")
+            "max_steps", "bf16", "rank_vocab", "unlikelihood")
+# Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
+SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0}
 
 
 def sft_args(args) -> dict:
     """The arguments the SFT stage's result depends on, as the stages record and compare them."""
     return {k: getattr(args, k) for k in SFT_ARGS}
+
+
+def _recorded(saved: dict) -> dict:
+    return {**SFT_ARG_DEFAULTS, **saved}
+
+
+class RepeatUnlikelihood:
+    """SFT loss for ``SFTTrainer(compute_loss_func=...)``: next-token cross-entropy on every labelled token plus
+    ``weight`` times an unlikelihood term (Welleck et al. 2019, "Neural text generation with unlikelihood training")
+    on each line's M: list: at every move of the list, ``-log(1 - p(m))`` for each move ``m`` listed before it.
+
+    The cross-entropy is the one ``SFTTrainer`` computes itself (summed over labelled tokens, divided by
+    ``num_items_in_batch`` when the trainer passes it, else by their count). ``last_unlikelihood`` holds the latest
+    batch's mean term (``nan`` when the batch had no repeat to penalise).
+    """
+
+    def __init__(self, tokenizer, weight: float):
+        from rookgrpo.tiny_model import geometric_moves
+
+        vocab = tokenizer.get_vocab()
+        self.weight = weight
+        self.m, self.e, self.colon = vocab["M"], vocab["E"], vocab[":"]
+        self.moves = {vocab[m] for m in geometric_moves() if m in vocab}
+        self.last_unlikelihood = float("nan")
+
+    def repeats(self, labels) -> tuple[list[int], list[int], list[int]]:
+        """(row, position whose logits predict the move, earlier move to push down) for every M: repeat candidate."""
+        rows, cols, bans = [], [], []
+        for b, row in enumerate(labels.tolist()):
+            start = next((i for i in range(len(row) - 1) if row[i] == self.m and row[i + 1] == self.colon), None)
+            if start is None:
+                continue
+            end = next((i for i in range(start + 2, len(row) - 1) if row[i] == self.e and row[i + 1] == self.colon),
+                       len(row))
+            listed: list[int] = []
+            for t in range(start + 2, end):
+                if row[t] not in self.moves:
+                    continue
+                for earlier in dict.fromkeys(listed):
+                    if earlier != row[t]:
+                        rows.append(b), cols.append(t - 1), bans.append(earlier)
+                listed.append(row[t])
+        return rows, cols, bans
+
+    def __call__(self, outputs, labels, num_items_in_batch=None):
+        import torch
+
+        logp = torch.log_softmax(outputs.logits[:, :-1].float(), dim=-1)
+        target = labels[:, 1:].to(logp.device)
+        mask = target != -100
+        nll = -logp.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)[mask].sum()
+        n = num_items_in_batch if num_items_in_batch is not None else mask.sum()
+        loss = nll / torch.as_tensor(n, device=nll.device).clamp(min=1)
+        rows, cols, bans = self.repeats(labels)
+        if not rows or not self.weight:
+            self.last_unlikelihood = float("nan")
+            return loss
+        p = logp[rows, cols, bans].exp().clamp(max=1 - 1e-6)
+        unlikelihood = -torch.log1p(-p).mean()
+        self.last_unlikelihood = float(unlikelihood.detach())
+        return loss + self.weight * unlikelihood
 
 
 def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
@@ -198,15 +274,21 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     from trl import SFTConfig, SFTTrainer
 
     from rookgrpo.chess.data import rank_moves
-    from rookgrpo.tiny_model import TOKENIZERS, TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.tiny_model import TOKENIZERS, TinyGPT2Spec, build_tiny_gpt2, frequent_ranks
 
     if args.m_order == "rank":
         sft_lines, held_lines = [rank_moves(x) for x in sft_lines], [rank_moves(x) for x in held_lines]
     sft_lines = sft_mix(sft_lines, args.sft_a_share, args.seed)
-    tokenizer = TOKENIZERS[args.tokenizer]()
-    longest = max(len(tokenizer(line)["input_ids"]) for line in sft_lines + held_lines) + 2
+    # The board tokenizer's rank tokens come from the lines it trains on, never from the held-out ones.
+    ranks = tuple(frequent_ranks(sft_lines, args.rank_vocab)) if args.tokenizer == "board" else ()
+    tokenizer = TOKENIZERS[args.tokenizer](**({"ranks": ranks} if ranks else {}))
+    lengths = [len(ids) for ids in tokenizer(sft_lines + held_lines)["input_ids"]]
+    longest = max(lengths) + 2
+    print(f"sft: {len(tokenizer)} tokens in the vocabulary ({len(ranks)} FEN ranks), {sum(lengths) / len(lengths):.1f} "
+          "tokens per line", flush=True)
     spec = TinyGPT2Spec(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                        n_positions=max(256, 64 * ((longest + 63) // 64)), seed=args.seed, tokenizer=args.tokenizer)
+                        n_positions=max(256, 64 * ((longest + 63) // 64)), seed=args.seed, tokenizer=args.tokenizer,
+                        ranks=ranks)
     init = work / "init"
     checkpoint = _last_checkpoint(work / "sft", args)
     if checkpoint is None:
@@ -237,7 +319,11 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # Random order, not grouped by length: grouping halved the step time but made batches single-task (P: and
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
-    trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held)
+    if args.unlikelihood:
+        trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), model=str(init),
+                                                    args=config, train_dataset=train, eval_dataset=held)
+    else:
+        trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - t0
@@ -262,10 +348,33 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     return final
 
 
+def _unlikelihood_trainer(base):
+    """``base`` (TRL's SFTTrainer) with its loss from a :class:`RepeatUnlikelihood`, in one forward pass.
+
+    ``SFTTrainer(compute_loss_func=...)`` would do, but it runs a second, gradient-free forward for its entropy and
+    token-accuracy metrics, about a third more time per step on CPU; this subclass logs the unlikelihood term instead.
+    """
+
+    class UnlikelihoodSFTTrainer(base):
+        def __init__(self, loss_fn: RepeatUnlikelihood, *a, **kw):
+            super().__init__(*a, **kw)
+            self.loss_fn = loss_fn
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            outputs = model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False)
+            loss = self.loss_fn(outputs, inputs["labels"], num_items_in_batch=num_items_in_batch)
+            mode = "train" if model.training else "eval"
+            if self.loss_fn.last_unlikelihood == self.loss_fn.last_unlikelihood:  # not nan: the batch had an M: list
+                self._metrics[mode]["unlikelihood"].append(self.loss_fn.last_unlikelihood)
+            return (loss, outputs) if return_outputs else loss
+
+    return UnlikelihoodSFTTrainer
+
+
 def _sft_done(work: Path, args) -> bool:
     info = work / "sft_info.json"
     return ((work / "final" / "config.json").exists() and info.exists()
-            and json.loads(info.read_text()).get("args") == sft_args(args))
+            and _recorded(json.loads(info.read_text()).get("args", {})) == sft_args(args))
 
 
 def _last_checkpoint(sft_dir: Path, args) -> Path | None:
@@ -275,7 +384,7 @@ def _last_checkpoint(sft_dir: Path, args) -> Path | None:
     saved = sft_dir / "build_args.json"
     if not sft_dir.is_dir() or not saved.exists():
         return None
-    if json.loads(saved.read_text()) != sft_args(args):
+    if _recorded(json.loads(saved.read_text())) != sft_args(args):
         print(f"sft: {sft_dir} holds a run with other arguments; starting over", flush=True)
         return None
     last = get_last_checkpoint(str(sft_dir))
@@ -329,7 +438,7 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
     if not (model_dir / "config.json").exists():
         sys.exit(f"{model_dir} has no model: run `--stage sft` first (same --work).")
     sft_info = work / "sft_info.json"
-    used = json.loads(sft_info.read_text()).get("args", {}) if sft_info.exists() else {}
+    used = _recorded(json.loads(sft_info.read_text()).get("args", {})) if sft_info.exists() else {}
     differ = [f"--{k} {getattr(args, k)} (the SFT stage used {used[k]})" for k in SFT_ARGS
               if k in used and used[k] != getattr(args, k)]
     if differ:
@@ -415,7 +524,7 @@ not a chess player, and it knows openings only: every position it was taught com
   ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
 - SFT: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to {a.get('sft_a_share', 1.0):.0%} of the
   mix ({sft.get('train_lines', '?')} lines), M: moves in {M_ORDER_TEXT[a.get('m_order', 'random')]},
-  prompt/completion pairs with the loss on the whole line, {a['epochs']} epochs, lr {a['lr']} cosine, batch
+  prompt/completion pairs with the loss on the whole line{_unlikelihood_text(a)}, {a['epochs']} epochs, lr {a['lr']} cosine, batch
   {a['batch_size']}, {precision}; final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO
   positions {_fmt(sft.get('final_eval_loss'))} (nats per token).
 - run time: data {_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}
@@ -434,7 +543,14 @@ Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/ti
 
 M_ORDER_TEXT = {"random": "random order (as RookWorld writes them)",
                 "rank": "engine rank order (B: first, then by eval)"}
-TOKENIZER_TEXT = {"move": "one token per UCI move and per character otherwise", "char": "one token per character"}
+TOKENIZER_TEXT = {"move": "one token per UCI move and per character otherwise",
+                  "board": "one token per UCI move, per frequent FEN rank string and per character otherwise",
+                  "char": "one token per character"}
+
+
+def _unlikelihood_text(a: dict) -> str:
+    weight = a.get("unlikelihood") or 0
+    return f" plus {weight} x an unlikelihood term against repeating a move in M:" if weight else ""
 
 
 def _fmt(value) -> str:
