@@ -66,7 +66,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tokenizer", choices=("move", "board", "char"), default="move",
                    help="move: one token per UCI move, else one per character; board: move, plus one token per\n"
                         "frequent FEN rank string of the SFT lines (--rank_vocab of them); char: one per character\n"
-                        "(rookgrpo.tiny_model.TOKENIZERS)")
+                        "(rookgrpo.tiny_model.TOKENIZERS). board with --unlikelihood 1, on the shipped build's data\n"
+                        "and steps, was worse on every held-out number but format (README.md), so move stays")
     p.add_argument("--rank_vocab", type=int, default=2048,
                    help="board tokenizer: at most this many FEN rank tokens, the most frequent in the SFT lines that\n"
                         "occur at least twice (rookgrpo.tiny_model.frequent_ranks). 2048 cover about 85%% of the\n"
@@ -76,6 +77,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "log(1 - p) of every move already listed. RookWorld never repeats a move in M:, yet the v2\n"
                         "build's next-move distribution in M: did not change after a move was listed, so greedy\n"
                         "decoding wrote one move five times. 0: plain cross-entropy")
+    p.add_argument("--init_from", type=str, default=None,
+                   help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
+                        "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
+                        "--init_from build/tv2/final --unlikelihood 1 --lr 1e-4 --max_steps 300")
     p.add_argument("--n_layer", type=int, default=6)
     p.add_argument("--n_head", type=int, default=4)
     p.add_argument("--n_embd", type=int, default=224)
@@ -181,9 +186,9 @@ def to_pairs(lines: list[str]):
 
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
-            "max_steps", "bf16", "rank_vocab", "unlikelihood")
+            "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
-SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0}
+SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None}
 
 
 def sft_args(args) -> dict:
@@ -196,9 +201,10 @@ def _recorded(saved: dict) -> dict:
 
 
 class RepeatUnlikelihood:
-    """SFT loss for ``SFTTrainer(compute_loss_func=...)``: next-token cross-entropy on every labelled token plus
-    ``weight`` times an unlikelihood term (Welleck et al. 2019, "Neural text generation with unlikelihood training")
-    on each line's M: list: at every move of the list, ``-log(1 - p(m))`` for each move ``m`` listed before it.
+    """SFT loss (a ``compute_loss_func`` for ``SFTTrainer``; the build runs it through :func:`_unlikelihood_trainer`):
+    next-token cross-entropy on every labelled token plus ``weight`` times an unlikelihood term (Welleck et al. 2019,
+    "Neural text generation with unlikelihood training") on each line's M: list: at every move of the list,
+    ``-log(1 - p(m))`` for each move ``m`` listed before it.
 
     The cross-entropy is the one ``SFTTrainer`` computes itself (summed over labelled tokens, divided by
     ``num_items_in_batch`` when the trainer passes it, else by their count). ``last_unlikelihood`` holds the latest
@@ -279,22 +285,31 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     if args.m_order == "rank":
         sft_lines, held_lines = [rank_moves(x) for x in sft_lines], [rank_moves(x) for x in held_lines]
     sft_lines = sft_mix(sft_lines, args.sft_a_share, args.seed)
-    # The board tokenizer's rank tokens come from the lines it trains on, never from the held-out ones.
-    ranks = tuple(frequent_ranks(sft_lines, args.rank_vocab)) if args.tokenizer == "board" else ()
-    tokenizer = TOKENIZERS[args.tokenizer](**({"ranks": ranks} if ranks else {}))
+    if args.init_from:
+        from transformers import AutoConfig, AutoTokenizer
+
+        init = Path(args.init_from)
+        if not (init / "config.json").exists():
+            sys.exit(f"--init_from {init}: no saved model there (config.json missing).")
+        tokenizer, n_positions = AutoTokenizer.from_pretrained(init), AutoConfig.from_pretrained(init).n_positions
+    else:
+        # The board tokenizer's rank tokens come from the lines it trains on, never from the held-out ones.
+        ranks = tuple(frequent_ranks(sft_lines, args.rank_vocab)) if args.tokenizer == "board" else ()
+        tokenizer = TOKENIZERS[args.tokenizer](**({"ranks": ranks} if ranks else {}))
+        init = work / "init"
     lengths = [len(ids) for ids in tokenizer(sft_lines + held_lines)["input_ids"]]
-    longest = max(lengths) + 2
-    print(f"sft: {len(tokenizer)} tokens in the vocabulary ({len(ranks)} FEN ranks), {sum(lengths) / len(lengths):.1f} "
-          "tokens per line", flush=True)
-    spec = TinyGPT2Spec(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                        n_positions=max(256, 64 * ((longest + 63) // 64)), seed=args.seed, tokenizer=args.tokenizer,
-                        ranks=ranks)
-    init = work / "init"
+    print(f"sft: {len(tokenizer)} tokens in the vocabulary, {sum(lengths) / len(lengths):.1f} tokens per line",
+          flush=True)
+    if not args.init_from:
+        n_positions = max(256, 64 * ((max(lengths) + 2 + 63) // 64))
+        spec = TinyGPT2Spec(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, n_positions=n_positions,
+                            seed=args.seed, tokenizer=args.tokenizer, ranks=ranks)
     checkpoint = _last_checkpoint(work / "sft", args)
     if checkpoint is None:
         shutil.rmtree(work / "sft", ignore_errors=True)
-        shutil.rmtree(init, ignore_errors=True)
-        build_tiny_gpt2(init, spec)
+        if not args.init_from:
+            shutil.rmtree(init, ignore_errors=True)
+            build_tiny_gpt2(init, spec)
         (work / "sft").mkdir(parents=True)
         (work / "sft" / "build_args.json").write_text(json.dumps(sft_args(args)))
     else:
@@ -306,7 +321,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         output_dir=str(work / "sft"), seed=args.seed, use_cpu=not gpu, bf16=args.bf16, tf32=False,
         num_train_epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr, lr_scheduler_type="cosine",
         warmup_steps=0.03, weight_decay=0.01, per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=256, max_length=spec.n_positions,
+        per_device_eval_batch_size=256, max_length=n_positions,
         # Loss on the whole line, prompt included: predicting the FEN's characters is how a model this small learns
         # where the pieces are. The build before this one (loss on the completion only, whole games) stayed near 5%
         # legal moves; this one (whole line, openings) reached 35%. Both changed at once, so neither gets the credit.
@@ -469,6 +484,7 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
         "splits": {k: len(v) for k, v in splits.items()},
         "stages": {**stage_info, "finish": {"seconds": round(t_eval)}},
         "parameters": _n_params(model_dir),
+        "architecture": _architecture(model_dir),
         "eval": {k: v for k, v in metrics.items() if k not in ("samples", "model", "data", "per_row")},
         "samples": metrics["samples"],
     }
@@ -493,6 +509,13 @@ def _without_stage(argv: list[str]) -> list[str]:
     return out
 
 
+def _architecture(model_dir: Path) -> dict:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    return {"n_layer": config.n_layer, "n_head": config.n_head, "n_embd": config.n_embd}
+
+
 def _n_params(model_dir: Path) -> int:
     from transformers import AutoModelForCausalLM
 
@@ -503,9 +526,10 @@ def model_card(build: dict, table: str) -> str:
     a = build["args"]
     data, sft = build["stages"].get("data", {}), build["stages"].get("sft", {})
     precision = "bf16 autocast" if a.get("bf16") else "fp32"
+    shape = build.get("architecture", a)  # the saved model's own shape (an --init_from build ignores the shape args)
     return f"""# rookgrpo/tiny-rookworld
 
-A {build['parameters'] / 1e6:.2f}M-parameter GPT-2 ({a['n_layer']} layers, {a['n_head']} heads, width {a['n_embd']},
+A {build['parameters'] / 1e6:.2f}M-parameter GPT-2 ({shape['n_layer']} layers, {shape['n_head']} heads, width {shape['n_embd']},
 {TOKENIZER_TEXT[a.get('tokenizer', 'char')]}) that has learned the RookWorld text formats by supervised fine-tuning.
 It is rookgrpo's
 embedded default: `make train` runs GRPO on it with no network. It is a starting point with room to improve,
@@ -522,7 +546,7 @@ not a chess player, and it knows openings only: every position it was taught com
   Stockfish at depth {a['label_depth']}; split by position into SFT ({build['splits']['sft']} lines), GRPO training
   positions ({build['splits']['grpo']}, `train_positions.txt`) and held-out evaluation positions
   ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
-- SFT: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to {a.get('sft_a_share', 1.0):.0%} of the
+- SFT{_init_text(a)}: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to {a.get('sft_a_share', 1.0):.0%} of the
   mix ({sft.get('train_lines', '?')} lines), M: moves in {M_ORDER_TEXT[a.get('m_order', 'random')]},
   prompt/completion pairs with the loss on the whole line{_unlikelihood_text(a)}, {a['epochs']} epochs, lr {a['lr']} cosine, batch
   {a['batch_size']}, {precision}; final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO
@@ -546,6 +570,10 @@ M_ORDER_TEXT = {"random": "random order (as RookWorld writes them)",
 TOKENIZER_TEXT = {"move": "one token per UCI move and per character otherwise",
                   "board": "one token per UCI move, per frequent FEN rank string and per character otherwise",
                   "char": "one token per character"}
+
+
+def _init_text(a: dict) -> str:
+    return f" (continued from `{a['init_from']}`, its weights and tokenizer)" if a.get("init_from") else ""
 
 
 def _unlikelihood_text(a: dict) -> str:

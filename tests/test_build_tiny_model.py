@@ -60,6 +60,21 @@ def test_board_tokenizer_and_unlikelihood_build(tmp_path):
     assert "per frequent FEN rank string" in card and "1.0 x an unlikelihood term" in card
 
 
+def test_init_from_continues_a_finished_build(tmp_path):
+    assert build(tmp_path, "base").returncode == 0
+    base = tmp_path / "base" / "work" / "final"
+    proc = build(tmp_path, "more", "--init_from", str(base), "--unlikelihood", "1.0", "--lr", "1e-3", "--n_layer", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "more" / "out"
+    # Same tokenizer and shape as the model it started from (the shape arguments are ignored), new weights.
+    assert (out / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
+    assert (out / "model.safetensors").read_bytes() != (base / "model.safetensors").read_bytes()
+    card = (out / "README.md").read_text()
+    assert f"continued from `{base}`" in card and "(1 layers," in card
+    proc = build(tmp_path, "missing", "--init_from", str(tmp_path / "nowhere"))
+    assert proc.returncode != 0 and "no saved model there" in proc.stderr
+
+
 def test_stages_out_of_order_say_which_stage_to_run(tmp_path):
     proc = build(tmp_path, "early", "--stage", "sft")
     assert proc.returncode != 0 and "run `--stage data` first" in proc.stderr
