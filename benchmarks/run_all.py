@@ -39,11 +39,14 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("selection_more_seeds", "bench_selection",
      ["--seeds", "3", "--first-seed", "11", "--arms", "dapo,greso+resampling,passrate+resampling"]),
     # The pass-rate rule's threshold mode (target_flat 0.25) against DAPO: twice the budget, where the first pass over
-    # the prompts (no history yet) is an eighth of it rather than a quarter, with vanilla and GRESO; and at the budget
-    # above on both sets of seeds.
+    # the prompts (no history yet) is an eighth of it rather than a quarter, with vanilla and GRESO (and on seeds 11-13
+    # without vanilla); and at the budget above on both sets of seeds.
     ("selection_long", "bench_selection",
      ["--seeds", "3", "--budget", "3200", "--arms", "vanilla,dapo,greso+resampling,passrate-target+resampling"]),
     ("selection_long_resampling", "bench_selection", ["--seeds", "3", "--budget", "3200", "--arms", "dapo,resampling"]),
+    ("selection_long_more_seeds", "bench_selection",
+     ["--seeds", "3", "--first-seed", "11", "--budget", "3200",
+      "--arms", "dapo,greso+resampling,passrate-target+resampling"]),
     ("selection_target", "bench_selection", ["--seeds", "3", "--arms", "dapo,passrate-target+resampling"]),
     ("selection_target_more_seeds", "bench_selection",
      ["--seeds", "3", "--first-seed", "11", "--arms", "dapo,passrate-target+resampling"]),
