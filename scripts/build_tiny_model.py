@@ -76,7 +76,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="weight of an unlikelihood term on M: lists (Welleck et al. 2019): at each move of M:, minus\n"
                         "log(1 - p) of every move already listed. RookWorld never repeats a move in M:, yet the v2\n"
                         "build's next-move distribution in M: did not change after a move was listed, so greedy\n"
-                        "decoding wrote one move five times. 0: plain cross-entropy")
+                        "decoding wrote one move five times. Measured (README.md): it did not stop that, alone as a\n"
+                        "300-step second pass on v2 or with the board tokenizer from scratch. 0: plain cross-entropy")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
