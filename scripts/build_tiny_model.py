@@ -242,18 +242,20 @@ class RepeatUnlikelihood:
 
     def __call__(self, outputs, labels, num_items_in_batch=None):
         import torch
+        import torch.nn.functional as F
 
-        logp = torch.log_softmax(outputs.logits[:, :-1].float(), dim=-1)
-        target = labels[:, 1:].to(logp.device)
-        mask = target != -100
-        nll = -logp.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)[mask].sum()
-        n = num_items_in_batch if num_items_in_batch is not None else mask.sum()
+        logits = outputs.logits[:, :-1].float()
+        target = labels[:, 1:].to(logits.device)
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                              reduction="sum")
+        n = num_items_in_batch if num_items_in_batch is not None else (target != -100).sum()
         loss = nll / torch.as_tensor(n, device=nll.device).clamp(min=1)
         rows, cols, bans = self.repeats(labels)
         if not rows or not self.weight:
             self.last_unlikelihood = float("nan")
             return loss
-        p = logp[rows, cols, bans].exp().clamp(max=1 - 1e-6)
+        # Only the M: positions need the full distribution: a few per line, not every token's.
+        p = torch.softmax(logits[rows, cols], dim=-1)[range(len(rows)), bans].clamp(max=1 - 1e-6)
         unlikelihood = -torch.log1p(-p).mean()
         self.last_unlikelihood = float(unlikelihood.detach())
         return loss + self.weight * unlikelihood
@@ -530,9 +532,9 @@ def model_card(build: dict, table: str) -> str:
     shape = build.get("architecture", a)  # the saved model's own shape (an --init_from build ignores the shape args)
     return f"""# rookgrpo/tiny-rookworld
 
-A {build['parameters'] / 1e6:.2f}M-parameter GPT-2 ({shape['n_layer']} layers, {shape['n_head']} heads, width {shape['n_embd']},
-{TOKENIZER_TEXT[a.get('tokenizer', 'char')]}) that has learned the RookWorld text formats by supervised fine-tuning.
-It is rookgrpo's
+A {build['parameters'] / 1e6:.2f}M-parameter GPT-2 ({shape['n_layer']} layers, {shape['n_head']} heads,
+width {shape['n_embd']}, {TOKENIZER_TEXT[a.get('tokenizer', 'char')]}) that has learned the RookWorld text
+formats by supervised fine-tuning. It is rookgrpo's
 embedded default: `make train` runs GRPO on it with no network. It is a starting point with room to improve,
 not a chess player, and it knows openings only: every position it was taught comes from the first
 {a.get('max_plies', '?')} plies of a game, so later positions are outside what it has seen.
@@ -547,11 +549,12 @@ not a chess player, and it knows openings only: every position it was taught com
   Stockfish at depth {a['label_depth']}; split by position into SFT ({build['splits']['sft']} lines), GRPO training
   positions ({build['splits']['grpo']}, `train_positions.txt`) and held-out evaluation positions
   ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
-- SFT{_init_text(a)}: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to {a.get('sft_a_share', 1.0):.0%} of the
-  mix ({sft.get('train_lines', '?')} lines), M: moves in {M_ORDER_TEXT[a.get('m_order', 'random')]},
-  prompt/completion pairs with the loss on the whole line{_unlikelihood_text(a)}, {a['epochs']} epochs, lr {a['lr']} cosine, batch
-  {a['batch_size']}, {precision}; final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO
-  positions {_fmt(sft.get('final_eval_loss'))} (nats per token).
+- SFT{_init_text(a)}: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to
+  {a.get('sft_a_share', 1.0):.0%} of the mix ({sft.get('train_lines', '?')} lines), M: moves in
+  {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole
+  line{_unlikelihood_text(a)}, {a['epochs']} epochs, lr {a['lr']} cosine, batch {a['batch_size']}, {precision};
+  final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions
+  {_fmt(sft.get('final_eval_loss'))} (nats per token).
 - run time: data {_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}
   Stockfish processes; SFT {_fmt(sft.get('seconds'))} s ({sft.get('steps', '?')} steps) on {sft.get('device', '?')};
   evaluation {build['stages']['finish']['seconds']} s.

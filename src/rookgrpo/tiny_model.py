@@ -88,6 +88,8 @@ def geometric_moves() -> list[str]:
 
 # A FEN rank: up to eight pieces and empty-square counts, between ``/`` or spaces.
 FEN_RANK = re.compile(r"^[1-8pnbrqkPNBRQK]{1,8}$")
+# A FEN's board field (eight ranks) followed by the side to move.
+FEN_BOARD = re.compile(r"(?<![^ +])([1-8pnbrqkPNBRQK]{1,8}(?:/[1-8pnbrqkPNBRQK]{1,8}){7}) [wb] ")
 
 
 def build_move_tokenizer(charset: str = CHARSET, ranks: Sequence[str] = ()):
@@ -156,10 +158,6 @@ def frequent_ranks(lines: Iterable[str], max_ranks: int = 4096, min_count: int =
             counts.update(r for r in board.split("/") if len(r) > 1)
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     return [r for r, n in ranked[:max_ranks] if n >= min_count]
-
-
-# A FEN's board field (eight ranks) followed by the side to move.
-FEN_BOARD = re.compile(r"(?<![^ +])([1-8pnbrqkPNBRQK]{1,8}(?:/[1-8pnbrqkPNBRQK]{1,8}){7}) [wb] ")
 
 
 def build_board_tokenizer(charset: str = CHARSET, ranks: Sequence[str] = ()):
