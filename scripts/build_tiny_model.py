@@ -78,6 +78,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "build's next-move distribution in M: did not change after a move was listed, so greedy\n"
                         "decoding wrote one move five times. Measured (README.md): it did not stop that, alone as a\n"
                         "300-step second pass on v2 or with the board tokenizer from scratch. 0: plain cross-entropy")
+    p.add_argument("--own_target", type=float, default=0.0,
+                   help="weight of a term on the model's own greedy M: lists (OwnLists): each step the model writes\n"
+                        "M: greedily for up to 32 of the batch's P: prompts, and each move slot of its list pays\n"
+                        "minus log P(a move of the line's M: list not yet listed). Greedy decoding repeats the model's\n"
+                        "first guess, a context the data lines never show. About 1.5x the step time. 0: off")
+    p.add_argument("--own_unlikelihood", type=float, default=0.0,
+                   help="weight of minus log(1 - p) of each move the model listed before, on the same greedy lists\n"
+                        "(Welleck et al. 2019, 5.2). Alone at 5 it was gamed: lists shrank to one move (README.md)")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
@@ -111,8 +119,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("a_share", "sft_a_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             p.error(f"--{name} must be within [0, 1], got {getattr(args, name)}")
-    if args.unlikelihood < 0:
-        p.error(f"--unlikelihood must be at least 0, got {args.unlikelihood}")
+    for name in ("unlikelihood", "own_target", "own_unlikelihood"):
+        if getattr(args, name) < 0:
+            p.error(f"--{name} must be at least 0, got {getattr(args, name)}")
     if args.n_embd % args.n_head:
         p.error(f"--n_embd ({args.n_embd}) must be a multiple of --n_head ({args.n_head})")
     return args
@@ -187,9 +196,11 @@ def to_pairs(lines: list[str]):
 
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
-            "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from")
+            "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
+            "own_unlikelihood")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
-SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None}
+SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
+                    "own_unlikelihood": 0.0}
 
 
 def sft_args(args) -> dict:
@@ -221,8 +232,12 @@ class RepeatUnlikelihood:
         self.moves = {vocab[m] for m in geometric_moves() if m in vocab}
         self.last_unlikelihood = float("nan")
 
-    def repeats(self, labels) -> tuple[list[int], list[int], list[int]]:
-        """(row, position whose logits predict the move, earlier move to push down) for every M: repeat candidate."""
+    def repeats(self, labels, same: bool = False) -> tuple[list[int], list[int], list[int]]:
+        """(row, position whose logits predict the move, earlier move to push down) for every M: repeat candidate.
+
+        ``same``: also when the earlier move is the one written there (a repeat in the model's own list, which a
+        data line never has; there the written move is the target and is never pushed down).
+        """
         rows, cols, bans = [], [], []
         for b, row in enumerate(labels.tolist()):
             start = next((i for i in range(len(row) - 1) if row[i] == self.m and row[i + 1] == self.colon), None)
@@ -235,7 +250,7 @@ class RepeatUnlikelihood:
                 if row[t] not in self.moves:
                     continue
                 for earlier in dict.fromkeys(listed):
-                    if earlier != row[t]:
+                    if same or earlier != row[t]:
                         rows.append(b), cols.append(t - 1), bans.append(earlier)
                 listed.append(row[t])
         return rows, cols, bans
@@ -259,6 +274,112 @@ class RepeatUnlikelihood:
         unlikelihood = -torch.log1p(-p).mean()
         self.last_unlikelihood = float(unlikelihood.detach())
         return loss + self.weight * unlikelihood
+
+
+class OwnLists:
+    """Terms on the model's own greedy M: lists, the context greedy decoding puts it in and the data lines never do.
+
+    At each training step it takes up to ``rows`` P: lines of the batch, cuts each after ``M:``, lets the model write
+    its M: list greedily (``max_new`` tokens, dropout off, no gradient), runs it again with gradient and adds, at
+    the k-th move slot of that list (the token after its k-th space):
+
+    - ``target`` times ``-log P(next move is one the line's own M: lists and the model has not listed yet)``, for
+      k up to the line's number of moves: the data's set of moves as the target, on the model's own prefix (as
+      DAgger trains on the learner's states). A repeat is never in the set, a list that stops early or breaks its
+      layout owes the slot where it did (:meth:`slots`), and a wrong move is answered with the right ones;
+    - ``unlikelihood`` times ``-log(1 - p(m))`` for each move ``m`` it listed before (Welleck et al. 2019, section
+      5.2). Measured alone at weight 5 on v2 it was gamed: within 40 steps the greedy lists shrank to one move or
+      none, which no repeat can be charged to (README.md).
+
+    ``last`` holds the latest batch's ``repeat_share`` (greedy lists with a repeated move), ``list_len`` (mean moves
+    per greedy list) and each term's mean; empty when the batch had no P: line.
+    """
+
+    def __init__(self, tokenizer, target: float = 0.0, unlikelihood: float = 0.0, rows: int = 32, max_new: int = 11):
+        self.find = RepeatUnlikelihood(tokenizer, unlikelihood)
+        self.target, self.unlikelihood, self.rows, self.max_new = target, unlikelihood, rows, max_new
+        self.pad = tokenizer.pad_token_id
+        (self.space,) = tokenizer(" ", add_special_tokens=False)["input_ids"]
+        self.last: dict[str, float] = {}
+
+    def prompts(self, input_ids) -> list[tuple[list[int], list[int]]]:
+        """(tokens up to and including the first ``M:``, the line's distinct M: moves) for each line with M:."""
+        m, colon, e, out = self.find.m, self.find.colon, self.find.e, []
+        for row in input_ids.tolist():
+            row = [t for t in row if t != self.pad]  # padding on either side (never inside a line)
+            start = next((i for i in range(len(row) - 1) if row[i] == m and row[i + 1] == colon), None)
+            if start is None:
+                continue
+            end = next((i for i in range(start + 2, len(row) - 1) if row[i] == e and row[i + 1] == colon), len(row))
+            out.append((row[:start + 2], list(dict.fromkeys(t for t in row[start + 2:end] if t in self.find.moves))))
+        return out[:self.rows]
+
+    def slots(self, seq, width: int, data: list[list[int]]) -> list[tuple[int, int, list[int], list[int]]]:
+        """(row, position whose logits give the next token, the tokens owed there, moves listed before) along each
+        generated list (from position ``width``, right after ``M:``) until it holds the line's number of moves.
+
+        A move slot (after a space) owes the line's moves not listed yet; where a space is due (after ``M:`` or a
+        move) and the model wrote something else, that position owes the space and the walk ends there, as it ends
+        at a move slot that got no move.
+        """
+        out = []
+        for b, row in enumerate(seq.tolist()):
+            listed: list[int] = []
+            j = width - 1
+            while len(listed) < len(data[b]) and j + 1 < len(row):
+                if row[j + 1] != self.space:
+                    out.append((b, j, [self.space], []))
+                    break
+                j += 1
+                out.append((b, j, [x for x in data[b] if x not in listed], list(dict.fromkeys(listed))))
+                if j + 1 >= len(row) or row[j + 1] not in self.find.moves:
+                    break
+                listed.append(row[j + 1])
+                j += 1
+        return out
+
+    def __call__(self, model, input_ids):
+        """The weighted terms for this batch (a 0-d tensor), or ``None`` when there is nothing to charge."""
+        import torch
+
+        lines = self.prompts(input_ids)
+        self.last = {}
+        if not lines or not (self.target or self.unlikelihood):
+            return None
+        width = max(len(x) for x, _ in lines)
+        ids = torch.tensor([[self.pad] * (width - len(x)) + x for x, _ in lines], device=input_ids.device)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x, _ in lines], device=input_ids.device)
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            seq = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_new, do_sample=False,
+                                 pad_token_id=self.pad)
+        model.train(was_training)
+        slots = self.slots(seq, width, [d for _, d in lines])
+        moves: list[list[int]] = [[] for _ in lines]
+        for b, j, owed, _ in slots:
+            if owed != [self.space] and j + 1 < seq.shape[1] and int(seq[b, j + 1]) in self.find.moves:
+                moves[b].append(int(seq[b, j + 1]))
+        self.last = {"repeat_share": sum(len(set(x)) < len(x) for x in moves) / len(lines),
+                     "list_len": sum(map(len, moves)) / len(lines)}
+        if not slots:
+            return None
+        full = torch.cat([mask, torch.ones_like(seq[:, width:])], dim=1)
+        positions = (full.cumsum(-1) - 1).clamp(min=0)
+        logits = model(input_ids=seq, attention_mask=full, position_ids=positions, use_cache=False).logits
+        logp = torch.log_softmax(logits[[b for b, *_ in slots], [j for _, j, *_ in slots]].float(), dim=-1)
+        total = logits.new_zeros((), dtype=torch.float32)
+        if self.target:
+            term = -torch.stack([torch.logsumexp(logp[i, owed], 0) for i, (_, _, owed, _) in enumerate(slots)]).mean()
+            self.last["target"] = float(term.detach())
+            total = total + self.target * term
+        pairs = [(i, m) for i, (*_, before) in enumerate(slots) for m in before]
+        if self.unlikelihood and pairs:
+            p = logp[[i for i, _ in pairs], [m for _, m in pairs]].exp().clamp(max=1 - 1e-6)
+            term = -torch.log1p(-p).mean()
+            self.last["unlikelihood"] = float(term.detach())
+            total = total + self.unlikelihood * term
+        return total
 
 
 def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
@@ -337,9 +458,12 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # Random order, not grouped by length: grouping halved the step time but made batches single-task (P: and
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
-    if args.unlikelihood:
-        trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), model=str(init),
-                                                    args=config, train_dataset=train, eval_dataset=held)
+    if args.unlikelihood or args.own_target or args.own_unlikelihood:
+        own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood) if args.own_target or args.own_unlikelihood \
+            else None
+        trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), own,
+                                                    model=str(init), args=config, train_dataset=train,
+                                                    eval_dataset=held)
     else:
         trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held)
     t0 = time.time()
@@ -367,23 +491,32 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
 
 
 def _unlikelihood_trainer(base):
-    """``base`` (TRL's SFTTrainer) with its loss from a :class:`RepeatUnlikelihood`, in one forward pass.
+    """``base`` (TRL's SFTTrainer) with its loss from a :class:`RepeatUnlikelihood`, in one forward pass, plus, when
+    given, :class:`OwnLists` terms on training steps (a greedy generation and one more forward).
 
     ``SFTTrainer(compute_loss_func=...)`` would do, but it runs a second, gradient-free forward for its entropy and
-    token-accuracy metrics, about a third more time per step on CPU; this subclass logs the unlikelihood term instead.
+    token-accuracy metrics, about a third more time per step on CPU; this subclass logs the unlikelihood terms
+    instead (``unlikelihood``; ``own/repeat_share``, ``own/list_len`` and ``own/<term>`` for the greedy lists).
     """
 
     class UnlikelihoodSFTTrainer(base):
-        def __init__(self, loss_fn: RepeatUnlikelihood, *a, **kw):
+        def __init__(self, loss_fn: RepeatUnlikelihood, own: OwnLists | None, *a, **kw):
             super().__init__(*a, **kw)
-            self.loss_fn = loss_fn
+            self.loss_fn, self.own = loss_fn, own
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             outputs = model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False)
             loss = self.loss_fn(outputs, inputs["labels"], num_items_in_batch=num_items_in_batch)
             mode = "train" if model.training else "eval"
-            if self.loss_fn.last_unlikelihood == self.loss_fn.last_unlikelihood:  # not nan: the batch had an M: list
-                self._metrics[mode]["unlikelihood"].append(self.loss_fn.last_unlikelihood)
+            metrics = self._metrics[mode]
+            if self.loss_fn.weight and self.loss_fn.last_unlikelihood == self.loss_fn.last_unlikelihood:  # not nan
+                metrics["unlikelihood"].append(self.loss_fn.last_unlikelihood)
+            if self.own is not None and model.training:
+                term = self.own(self.accelerator.unwrap_model(model), inputs["input_ids"])
+                if term is not None:
+                    loss = loss + term
+                for key, value in self.own.last.items():
+                    metrics[f"own/{key}"].append(value)
             return (loss, outputs) if return_outputs else loss
 
     return UnlikelihoodSFTTrainer
@@ -581,8 +714,13 @@ def _init_text(a: dict) -> str:
 
 
 def _unlikelihood_text(a: dict) -> str:
-    weight = a.get("unlikelihood") or 0
-    return f" plus {weight} x an unlikelihood term against repeating a move in M:" if weight else ""
+    weight, target, own = (a.get(k) or 0 for k in ("unlikelihood", "own_target", "own_unlikelihood"))
+    text = f" plus {weight} x an unlikelihood term against repeating a move in M:" if weight else ""
+    if target:
+        text += f" plus {target} x the line's unlisted M: moves as the target at each slot of its own greedy M: lists"
+    if own:
+        text += f" plus {own} x an unlikelihood term against repeats in its own greedy M: lists"
+    return text
 
 
 def _fmt(value) -> str:

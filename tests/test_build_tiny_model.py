@@ -63,14 +63,18 @@ def test_board_tokenizer_and_unlikelihood_build(tmp_path):
 def test_init_from_continues_a_finished_build(tmp_path):
     assert build(tmp_path, "base").returncode == 0
     base = tmp_path / "base" / "work" / "final"
-    proc = build(tmp_path, "more", "--init_from", str(base), "--unlikelihood", "1.0", "--lr", "1e-3", "--n_layer", "2")
+    proc = build(tmp_path, "more", "--init_from", str(base), "--unlikelihood", "1.0", "--own_target", "2.0",
+                 "--lr", "1e-3", "--n_layer", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "more" / "out"
+    history = json.loads((tmp_path / "more" / "work" / "final" / "sft_log_history.json").read_text())
+    shares = [h["own/repeat_share"] for h in history if "own/repeat_share" in h]
+    assert shares and all(0.0 <= x <= 1.0 for x in shares) and any(h.get("own/target", 0) > 0 for h in history)
     # Same tokenizer and shape as the model it started from (the shape arguments are ignored), new weights.
     assert (out / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
     assert (out / "model.safetensors").read_bytes() != (base / "model.safetensors").read_bytes()
     card = (out / "README.md").read_text()
-    assert f"continued from `{base}`" in card and "(1 layers," in card
+    assert f"continued from `{base}`" in card and "(1 layers," in card and "2.0 x the line's unlisted M: moves" in card
     proc = build(tmp_path, "missing", "--init_from", str(tmp_path / "nowhere"))
     assert proc.returncode != 0 and "no saved model there" in proc.stderr
 
@@ -147,3 +151,104 @@ def test_repeat_unlikelihood_pushes_down_moves_already_listed_in_m(tmp_path):
 
     plain, penalised = p_repeat_after_training(0.0), p_repeat_after_training(2.0)
     assert penalised < 0.5 * plain, (penalised, plain)
+
+
+def test_own_lists_slots_follow_the_models_list_and_owe_the_lines_moves(tmp_path):
+    import torch
+    from transformers import AutoTokenizer
+
+    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32)))
+    own = _script().OwnLists(tok, target=1.0)
+    line = "P: 4k3/8/8/8/8/8/8/4K3 b - - 0 1 M: e8e7 e8d7 e8f7 E: 0.1 0.2 0.3 B: e8e7"
+    for side in ("left", "right"):
+        tok.padding_side = side
+        batch = tok([line, "A: no list here", line.replace(" e8d7 e8f7", " e8e7")], padding=True)["input_ids"]
+        (prompt, data), (_, once) = own.prompts(torch.tensor(batch))
+        assert prompt == tok(line.split(" M:")[0] + " M:")["input_ids"]
+        assert data == tok.convert_tokens_to_ids(["e8e7", "e8d7", "e8f7"]) and len(once) == 1  # a repeat counts once
+    e8e7, e8d7, e8f7 = data
+    # The model wrote " e8e7 e8e7 e8d7 e8f7 E:": slot 1 owes all three, slots 2 and 3 the two unlisted ones (after
+    # e8e7, and after the repeat); a fourth slot is beyond the line's three moves and owes nothing.
+    written = tok(" e8e7 e8e7 e8d7 e8f7 E:", add_special_tokens=False)["input_ids"]
+    seq = torch.tensor([prompt + written])
+    spaces = [len(prompt) + i for i, t in enumerate(written) if t == own.space]
+    assert own.slots(seq, len(prompt), [data]) == [
+        (0, spaces[0], [e8e7, e8d7, e8f7], []), (0, spaces[1], [e8d7, e8f7], [e8e7]),
+        (0, spaces[2], [e8d7, e8f7], [e8e7])]
+    # A list that stops early owes the slot where it stopped: " e8e7 E:" still owes slot 2.
+    short = tok(" e8e7 E:", add_special_tokens=False)["input_ids"]
+    slots = own.slots(torch.tensor([prompt + short]), len(prompt), [data])
+    assert [rem for _, _, rem, _ in slots] == [[e8e7, e8d7, e8f7], [e8d7, e8f7]]
+    # A list with no space after M: owes the space there, and nothing after it.
+    broken = tok("E: 0.1", add_special_tokens=False)["input_ids"]
+    assert own.slots(torch.tensor([prompt + broken]), len(prompt), [data]) == [(0, len(prompt) - 1, [own.space], [])]
+
+
+def test_own_lists_push_down_the_models_own_repeat_and_pay_the_lines_unlisted_moves(tmp_path):
+    """A model taught to write one move five times: the terms equal their definition on its greedy lists, and a few
+    steps on them alone halve the repeat's probability at the second slot while the line's unlisted moves gain."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    torch.manual_seed(0)
+    fens = ["4k3/8/8/8/8/8/8/4K3 b - - 0 1", "4k3/8/8/8/8/8/4P3/4K3 b - - 0 1"]  # short lines, a quick fit
+    tok.padding_side = "right"  # as SFTTrainer's collator pads (the tokenizer's own side is left, for generation)
+
+    def batch(moves):
+        return tok([f"P: {fen} M: {moves} E: 0.3 0.3 0.3 0.3 0.3 B: e8e7" for fen in fens], padding=True,
+                   return_tensors="pt")
+
+    enc = batch("e8e7 e8e7 e8e7 e8e7 e8e7")
+    labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(150):  # teach the repeat by cross-entropy
+        opt.zero_grad()
+        logits = model(**enc).logits[:, :-1]
+        F.cross_entropy(logits.reshape(-1, len(tok)), labels[:, 1:].reshape(-1), ignore_index=-100).backward()
+        opt.step()
+    model.eval()  # no dropout: the terms are compared with a hand computation
+    right = ["e8e7", "e8d7", "e8f7", "e8d8", "e8f8"]
+    ids = batch(" ".join(right))["input_ids"][:1]  # the first position, where the model writes e8e7 five times
+    e8e7, *unlisted = tok.convert_tokens_to_ids(right)
+    second = tok(f"P: {fens[0]} M: e8e7 ", return_tensors="pt")["input_ids"]  # the model's own list so far
+
+    def at_second_slot():
+        with torch.no_grad():
+            p = torch.softmax(model(input_ids=second).logits[0, -1], -1)
+        return float(p[e8e7]), float(p[unlisted].sum())
+
+    repeat_before, owed_before = at_second_slot()
+    assert repeat_before > 0.5
+    own = _script().OwnLists(tok, target=0.2, unlikelihood=5.0)
+    term = own(model, ids)
+    assert own.last["repeat_share"] == 1.0 and own.last["list_len"] == 5
+    prompts = own.prompts(ids)
+    # By hand: five slots per list; slot k owes the line's moves but e8e7 (k > 1) and charges e8e7 (k > 1).
+    with torch.no_grad():
+        written = tok(" e8e7 e8e7 e8e7 e8e7 e8e7", add_special_tokens=False)["input_ids"]
+        target, unlikely = [], []
+        for prompt, _ in prompts:
+            logp = torch.log_softmax(model(input_ids=torch.tensor([prompt + written])).logits[0], -1)
+            for k in range(5):
+                pos = len(prompt) + 2 * k
+                owed = tok.convert_tokens_to_ids(right if k == 0 else right[1:])
+                target.append(-torch.logsumexp(logp[pos, owed], 0))
+                if k:
+                    unlikely.append(-torch.log1p(-logp[pos, e8e7].exp()))
+    expected = 0.2 * torch.stack(target).mean() + 5.0 * torch.stack(unlikely).mean()
+    assert torch.allclose(term, expected, rtol=1e-4), (term, expected)
+
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(10):
+        opt.zero_grad()
+        own(model, ids).backward()
+        opt.step()
+    repeat_after, owed_after = at_second_slot()
+    assert repeat_after < 0.5 * repeat_before and owed_after > owed_before, (repeat_before, repeat_after)
