@@ -234,12 +234,8 @@ class RepeatUnlikelihood:
         self.moves = {vocab[m] for m in geometric_moves() if m in vocab}
         self.last_unlikelihood = float("nan")
 
-    def repeats(self, labels, same: bool = False) -> tuple[list[int], list[int], list[int]]:
-        """(row, position whose logits predict the move, earlier move to push down) for every M: repeat candidate.
-
-        ``same``: also when the earlier move is the one written there (a repeat in the model's own list, which a
-        data line never has; there the written move is the target and is never pushed down).
-        """
+    def repeats(self, labels) -> tuple[list[int], list[int], list[int]]:
+        """(row, position whose logits predict the move, earlier move to push down) for every M: repeat candidate."""
         rows, cols, bans = [], [], []
         for b, row in enumerate(labels.tolist()):
             start = next((i for i in range(len(row) - 1) if row[i] == self.m and row[i + 1] == self.colon), None)
@@ -252,7 +248,7 @@ class RepeatUnlikelihood:
                 if row[t] not in self.moves:
                     continue
                 for earlier in dict.fromkeys(listed):
-                    if same or earlier != row[t]:
+                    if earlier != row[t]:
                         rows.append(b), cols.append(t - 1), bans.append(earlier)
                 listed.append(row[t])
         return rows, cols, bans
@@ -298,7 +294,7 @@ class OwnLists:
     """
 
     def __init__(self, tokenizer, target: float = 0.0, unlikelihood: float = 0.0, rows: int = 32, max_new: int = 11):
-        self.find = RepeatUnlikelihood(tokenizer, unlikelihood)
+        self.find = RepeatUnlikelihood(tokenizer, unlikelihood)  # for its token ids: M, E, ':' and the moves
         self.target, self.unlikelihood, self.rows, self.max_new = target, unlikelihood, rows, max_new
         self.pad = tokenizer.pad_token_id
         (self.space,) = tokenizer(" ", add_special_tokens=False)["input_ids"]
