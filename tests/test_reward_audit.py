@@ -2,8 +2,8 @@
 
 GRPO optimises what the reward pays, so these are the limits every shipped chess recipe promises (docs/rewards.md):
 a random legal move at most 50% of the engine best's weighted P: reward, the engine's 5th-best at most 60%, a constant
-pawn move at most 40%, listing every legal move below the engine's answer, and copying the input FEN at most 10% of an
-exact A: answer on legal moves. Measured on the packaged held-out positions and on RookWorld's validation file.
+pawn move at most 40%, listing every legal move below the engine's answer, one legal move repeated through M: below
+the same move listed with others, and copying the input FEN at most 10% of an exact A: answer on legal moves. Measured on the packaged held-out positions and on RookWorld's validation file.
 """
 
 import json
@@ -45,6 +45,10 @@ def test_degenerate_answers_earn_less_than_the_limits(recipe, data):
     for answer, limit in LIMITS.items():
         assert policy.share(answer) <= limit, (name, data, answer, policy.share(answer))
     assert policy.share("all legal moves") < 1.0
+    # Repeating one move through M: (what greedy decoding of an unsure model writes) earns less than listing distinct
+    # moves with the same B:.
+    assert policy.share("legal move repeated") < policy.share("random legal")
+    assert policy.share("best move repeated") < 1.0
     assert policy.share("engine 2nd") < 1.0 and policy.share("engine 5th") < policy.share("engine 2nd")
     env = by_title["legal move"]
     assert env.n_rows >= 20
@@ -60,6 +64,9 @@ def test_constant_evals_earn_nothing_where_evals_are_judged():
     assert table.rows["engine best"]["chess_evals"] > 0.95
     assert table.rows["constant evals"]["chess_evals"] == 0.0
     assert table.rows["all legal moves"]["chess_candidates"] < 0.3
+    # A repeated move is judged once: five copies of the best move with its eval earned full separation before.
+    assert table.rows["best move repeated"]["chess_evals"] < 0.05
+    assert table.rows["legal move repeated"]["chess_evals"] < 0.05
 
 
 @pytest.mark.slow

@@ -12,6 +12,9 @@ Policy task (``P:`` rows), each a full completion (``M: ... E: ... B: ...``):
 - ``random legal``: M: up to 5 random legal moves with E: 0.0, B: the first of them;
 - ``constant pawn move``: ``a2a3`` (white to move) or ``a7a6`` (black), as M: and B:, E: 0.0;
 - ``all legal moves``: M: every legal move with E: 0.0, B: the engine's best;
+- ``best move repeated``: M: the engine's best five times with its eval, B: the best (what a model writes that has
+  not learned to leave out a listed move, under greedy decoding);
+- ``legal move repeated``: M: the ``random legal`` answer's first move five times with E: 0.0, B: that move;
 - ``constant evals``: the reference with every eval replaced by 0.0.
 
 Environment task (``A:`` rows; when the data has none, one per ``P:`` position playing its B: label), split into
@@ -74,6 +77,8 @@ def policy_answers(fen: str, analysis: Analysis, rng: random.Random) -> dict[str
         "random legal": _line(sample, ["0.0"] * len(sample), sample[0]),
         "constant pawn move": _line([pawn], ["0.0"], pawn),
         "all legal moves": _line(legal, ["0.0"] * len(legal), top[0]),
+        "best move repeated": _line([top[0]] * 5, [evals[0]] * 5, top[0]),
+        "legal move repeated": _line([sample[0]] * 5, ["0.0"] * 5, sample[0]),
         "constant evals": _line(top, ["0.0"] * len(top), top[0]),
     }
 

@@ -365,19 +365,19 @@ class ChessEvals(ChessReward):
 
     Each M: move's eval is compared with the engine's eval of that move (:func:`evals_credit`): separation (the
     evals' differences from their mean against the engine's) × level (mean offset) × coverage (share of the listed
-    moves that are legal and have a readable eval; only the first 5 are judged). Constant evals (``E: 0.0``
-    everywhere) earn 0: in quiet positions the engine's evals sit near 0, so closeness alone paid a constant answer
-    about half the credit.
-    Fewer than two judged moves earn 0, unless the position has only one legal move.
+    moves that are legal, listed for the first time and have a readable eval; only the first 5 are judged). Constant
+    evals (``E: 0.0`` everywhere) earn 0: in quiet positions the engine's evals sit near 0, so closeness alone paid
+    a constant answer about half the credit. Fewer than two judged moves earn 0, unless the position has only one
+    legal move, so one move repeated through M: earns 0.
 
     Example (depth-limited Stockfish: e1d2 takes the queen, about +5.3; e1f1 leaves it, about -6.4): close evals, the
-    constant 0.0, the right differences a pawn too high, one move only:
+    constant 0.0, the right differences a pawn too high, one move only, one move twice:
         >>> r = ChessEvals(EngineSettings(depth=6, workers=1))
         >>> p = "P: 4k3/8/8/8/8/8/3q4/4K2R w K - 0 1"
         >>> c = [" M: e1d2 e1f1 E: 5.3 -6.4 B: e1d2", " M: e1d2 e1f1 E: 0.0 0.0 B: e1d2",
-        ...      " M: e1d2 e1f1 E: 6.3 -5.4 B: e1d2", " M: e1d2 E: 5.3 B: e1d2"]
-        >>> [round(x, 2) for x in r([p] * 4, c)]
-        [0.99, 0.0, 0.5, 0.0]
+        ...      " M: e1d2 e1f1 E: 6.3 -5.4 B: e1d2", " M: e1d2 E: 5.3 B: e1d2", " M: e1d2 e1d2 E: 5.3 5.3 B: e1d2"]
+        >>> [round(x, 2) for x in r([p] * 5, c)]
+        [0.99, 0.0, 0.5, 0.0, 0.0]
     """
 
     name = "chess_evals"
@@ -388,8 +388,12 @@ class ChessEvals(ChessReward):
         for r in rows:
             if r is None or r.board is None:
                 continue
+            seen: set[str] = set()
             for move, value in list(zip(r.line.moves, r.line.evals))[:MAX_MOVES]:  # a longer list: the rest is missed
-                if value is not None and is_legal(r.board, move):
+                # A repeat is listed but not judged again: five copies of one move with its eval once earned full
+                # separation (identical truths, identical guesses) and full coverage (rookgrpo rewards audit).
+                if value is not None and move not in seen and is_legal(r.board, move):
+                    seen.add(move)
                     pairs.append((r.fen, move))
                     owners.append((id(r), value))
         pool = get_pool(self.engine) if pairs else None
