@@ -3,7 +3,8 @@
 GRPO optimises what the reward pays, so these are the limits every shipped chess recipe promises (docs/rewards.md):
 a random legal move at most 50% of the engine best's weighted P: reward, the engine's 5th-best at most 60%, a constant
 pawn move at most 40%, listing every legal move below the engine's answer, one legal move repeated through M: below
-the same move listed with others, and copying the input FEN at most 10% of an exact A: answer on legal moves. Measured on the packaged held-out positions and on RookWorld's validation file.
+the same move listed with others, and copying the input FEN at most 10% of an exact A: answer on legal moves.
+Measured on the packaged held-out positions and on RookWorld's validation file.
 """
 
 import json
