@@ -81,8 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--own_target", type=float, default=0.0,
                    help="weight of a term on the model's own greedy M: lists (OwnLists): each step the model writes\n"
                         "M: greedily for up to 32 of the batch's P: prompts, and each move slot of its list pays\n"
-                        "minus log P(a move of the line's M: list not yet listed). Greedy decoding repeats the model's\n"
-                        "first guess, a context the data lines never show. About 1.4x the step time. 0: off.\n"
+                        "minus log P(a move of the line's M: list not yet listed). Greedy decoding repeats the\n"
+                        "model's first guess, a context the data lines never show. About 1.4x the step time. 0: off.\n"
                         "Measured (README.md), 300 steps on v2: alone at 1 the lists kept repeating; at 0.2 with\n"
                         "--own_unlikelihood 5, greedy format rose from 0 to 0.36 and top-5 and legal moves fell")
     p.add_argument("--own_unlikelihood", type=float, default=0.0,
