@@ -235,15 +235,24 @@ class RepeatUnlikelihood:
         self.moves = {vocab[m] for m in geometric_moves() if m in vocab}
         self.last_unlikelihood = float("nan")
 
+    def m_span(self, row: list[int]) -> tuple[int, int] | None:
+        """(position of the first ``M``, position of the ``E`` after it, or the row's end) of ``M: ... E:`` in a
+        token row; ``None`` when the row has no ``M:``."""
+        start = next((i for i in range(len(row) - 1) if row[i] == self.m and row[i + 1] == self.colon), None)
+        if start is None:
+            return None
+        end = next((i for i in range(start + 2, len(row) - 1) if row[i] == self.e and row[i + 1] == self.colon),
+                   len(row))
+        return start, end
+
     def repeats(self, labels) -> tuple[list[int], list[int], list[int]]:
         """(row, position whose logits predict the move, earlier move to push down) for every M: repeat candidate."""
         rows, cols, bans = [], [], []
         for b, row in enumerate(labels.tolist()):
-            start = next((i for i in range(len(row) - 1) if row[i] == self.m and row[i + 1] == self.colon), None)
-            if start is None:
+            span = self.m_span(row)
+            if span is None:
                 continue
-            end = next((i for i in range(start + 2, len(row) - 1) if row[i] == self.e and row[i + 1] == self.colon),
-                       len(row))
+            start, end = span
             listed: list[int] = []
             for t in range(start + 2, end):
                 if row[t] not in self.moves:
@@ -295,7 +304,7 @@ class OwnLists:
     """
 
     def __init__(self, tokenizer, target: float = 0.0, unlikelihood: float = 0.0, rows: int = 32, max_new: int = 11):
-        self.find = RepeatUnlikelihood(tokenizer, unlikelihood)  # for its token ids: M, E, ':' and the moves
+        self.find = RepeatUnlikelihood(tokenizer, 0.0)  # for its M: span and move token ids
         self.target, self.unlikelihood, self.rows, self.max_new = target, unlikelihood, rows, max_new
         self.pad = tokenizer.pad_token_id
         (self.space,) = tokenizer(" ", add_special_tokens=False)["input_ids"]
@@ -303,13 +312,13 @@ class OwnLists:
 
     def prompts(self, input_ids) -> list[tuple[list[int], list[int]]]:
         """(tokens up to and including the first ``M:``, the line's distinct M: moves) for each line with M:."""
-        m, colon, e, out = self.find.m, self.find.colon, self.find.e, []
+        out = []
         for row in input_ids.tolist():
             row = [t for t in row if t != self.pad]  # padding on either side (never inside a line)
-            start = next((i for i in range(len(row) - 1) if row[i] == m and row[i + 1] == colon), None)
-            if start is None:
+            span = self.find.m_span(row)
+            if span is None:
                 continue
-            end = next((i for i in range(start + 2, len(row) - 1) if row[i] == e and row[i + 1] == colon), len(row))
+            start, end = span
             out.append((row[:start + 2], list(dict.fromkeys(t for t in row[start + 2:end] if t in self.find.moves))))
         return out[:self.rows]
 
@@ -457,9 +466,9 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # Random order, not grouped by length: grouping halved the step time but made batches single-task (P: and
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
-    if args.unlikelihood or args.own_target or args.own_unlikelihood:
-        own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood) if args.own_target or args.own_unlikelihood \
-            else None
+    own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood) if args.own_target or args.own_unlikelihood \
+        else None
+    if args.unlikelihood or own is not None:
         trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), own,
                                                     model=str(init), args=config, train_dataset=train,
                                                     eval_dataset=held)
