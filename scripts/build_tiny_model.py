@@ -89,6 +89,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--own_unlikelihood", type=float, default=0.0,
                    help="weight of minus log(1 - p) of each move the model listed before, on the same greedy lists\n"
                         "(Welleck et al. 2019, 5.2). Alone at 5 it was gamed: lists shrank to one move (README.md)")
+    p.add_argument("--own_from", type=int, default=0,
+                   help="SFT step from which the --own_target and --own_unlikelihood terms apply (0: every step): the\n"
+                        "terms in the last part of one SFT run, where the learning rate has decayed, instead of a\n"
+                        "second pass that warms it up again. Each second pass on v2, with or without a term, cost\n"
+                        "top-5 (README.md)")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
@@ -125,6 +130,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("unlikelihood", "own_target", "own_unlikelihood"):
         if getattr(args, name) < 0:
             p.error(f"--{name} must be at least 0, got {getattr(args, name)}")
+    if args.own_from < 0:
+        p.error(f"--own_from must be at least 0, got {args.own_from}")
+    if args.own_from and not (args.own_target or args.own_unlikelihood):
+        p.error(f"--own_from {args.own_from} has nothing to start: give --own_target or --own_unlikelihood")
     if args.n_embd % args.n_head:
         p.error(f"--n_embd ({args.n_embd}) must be a multiple of --n_head ({args.n_head})")
     return args
@@ -200,10 +209,10 @@ def to_pairs(lines: list[str]):
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
-            "own_unlikelihood")
+            "own_unlikelihood", "own_from")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
-                    "own_unlikelihood": 0.0}
+                    "own_unlikelihood": 0.0, "own_from": 0}
 
 
 def sft_args(args) -> dict:
@@ -299,13 +308,16 @@ class OwnLists:
       5.2). Measured alone at weight 5 on v2 it was gamed: within 40 steps the greedy lists shrank to one move or
       none, which no repeat can be charged to (README.md).
 
+    ``start`` is the first training step (``global_step``, 0-based) the trainer applies the terms at.
     ``last`` holds the latest batch's ``repeat_share`` (greedy lists with a repeated move), ``list_len`` (mean moves
     per greedy list) and each term's mean; empty when the batch had no P: line.
     """
 
-    def __init__(self, tokenizer, target: float = 0.0, unlikelihood: float = 0.0, rows: int = 32, max_new: int = 11):
+    def __init__(self, tokenizer, target: float = 0.0, unlikelihood: float = 0.0, rows: int = 32, max_new: int = 11,
+                 start: int = 0):
         self.find = RepeatUnlikelihood(tokenizer, 0.0)  # for its M: span and move token ids
         self.target, self.unlikelihood, self.rows, self.max_new = target, unlikelihood, rows, max_new
+        self.start = start
         self.pad = tokenizer.pad_token_id
         (self.space,) = tokenizer(" ", add_special_tokens=False)["input_ids"]
         self.last: dict[str, float] = {}
@@ -466,8 +478,8 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # Random order, not grouped by length: grouping halved the step time but made batches single-task (P: and
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
-    own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood) if args.own_target or args.own_unlikelihood \
-        else None
+    own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood, start=args.own_from) \
+        if args.own_target or args.own_unlikelihood else None
     if args.unlikelihood or own is not None:
         trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), own,
                                                     model=str(init), args=config, train_dataset=train,
@@ -500,7 +512,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
 
 def _unlikelihood_trainer(base):
     """``base`` (TRL's SFTTrainer) with its loss from a :class:`RepeatUnlikelihood`, in one forward pass, plus, when
-    given, :class:`OwnLists` terms on training steps (a greedy generation and one more forward).
+    given, :class:`OwnLists` terms on training steps from its ``start`` on (a greedy generation and one more forward).
 
     ``SFTTrainer(compute_loss_func=...)`` would do, but it runs a second, gradient-free forward for its entropy and
     token-accuracy metrics, about a third more time per step on CPU; this subclass logs the unlikelihood terms
@@ -519,7 +531,7 @@ def _unlikelihood_trainer(base):
             metrics = self._metrics[mode]
             if self.loss_fn.weight and self.loss_fn.last_unlikelihood == self.loss_fn.last_unlikelihood:  # not nan
                 metrics["unlikelihood"].append(self.loss_fn.last_unlikelihood)
-            if self.own is not None and model.training:
+            if self.own is not None and model.training and self.state.global_step >= self.own.start:
                 term = self.own(self.accelerator.unwrap_model(model), inputs["input_ids"])
                 if term is not None:
                     loss = loss + term
@@ -728,6 +740,8 @@ def _unlikelihood_text(a: dict) -> str:
         text += f" plus {target} x the line's unlisted M: moves as the target at each slot of its own greedy M: lists"
     if own:
         text += f" plus {own} x an unlikelihood term against repeats in its own greedy M: lists"
+    if (target or own) and a.get("own_from"):
+        text += f" (the own-list terms from step {a['own_from']} on)"
     return text
 
 

@@ -64,17 +64,23 @@ def test_init_from_continues_a_finished_build(tmp_path):
     assert build(tmp_path, "base").returncode == 0
     base = tmp_path / "base" / "work" / "final"
     proc = build(tmp_path, "more", "--init_from", str(base), "--unlikelihood", "1.0", "--own_target", "2.0",
-                 "--lr", "1e-3", "--n_layer", "2")
+                 "--own_from", "2", "--lr", "1e-3", "--n_layer", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "more" / "out"
     history = json.loads((tmp_path / "more" / "work" / "final" / "sft_log_history.json").read_text())
     shares = [h["own/repeat_share"] for h in history if "own/repeat_share" in h]
     assert shares and all(0.0 <= x <= 1.0 for x in shares) and any(h.get("own/target", 0) > 0 for h in history)
+    # --own_from 2: the own-list terms start at the third update (global step 2), so steps 1 and 2 log none.
+    logged = {h["step"] for h in history if "loss" in h}
+    assert {1, 2, 3} <= logged and {h["step"] for h in history if "own/repeat_share" in h} == {3}
     # Same tokenizer and shape as the model it started from (the shape arguments are ignored), new weights.
     assert (out / "tokenizer.json").read_bytes() == (base / "tokenizer.json").read_bytes()
     assert (out / "model.safetensors").read_bytes() != (base / "model.safetensors").read_bytes()
     card = (out / "README.md").read_text()
     assert f"continued from `{base}`" in card and "(1 layers," in card and "2.0 x the line's unlisted M: moves" in card
+    assert "(the own-list terms from step 2 on)" in card
+    proc = build(tmp_path, "nothing", "--own_from", "5")
+    assert proc.returncode != 0 and "--own_from 5 has nothing to start" in proc.stderr
     proc = build(tmp_path, "missing", "--init_from", str(tmp_path / "nowhere"))
     assert proc.returncode != 0 and "no saved model there" in proc.stderr
 
