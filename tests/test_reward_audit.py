@@ -2,8 +2,8 @@
 
 GRPO optimises what the reward pays, so these are the limits every shipped chess recipe promises (docs/rewards.md):
 a random legal move at most 50% of the engine best's weighted P: reward, the engine's 5th-best at most 60%, a constant
-pawn move at most 40%, listing every legal move below the engine's answer, one legal move repeated through M: below
-the same move listed with others, and copying the input FEN at most 10% of an exact A: answer on legal moves.
+pawn or knight move at most 40%, listing every legal move below the engine's answer, one legal move repeated through
+M: below the same move listed with others, and copying the input FEN at most 10% of an exact A: answer on legal moves.
 Measured on the packaged held-out positions and on RookWorld's validation file.
 """
 
@@ -17,7 +17,7 @@ from rookgrpo.chess.data import load_rookworld
 from rookgrpo.rewards.audit import audit, recipe_rewards
 
 RECIPES = ["rookworld-tiny.yaml", "rookworld.yaml", "chess-smoke.yaml"]
-LIMITS = {"random legal": 0.50, "engine 5th": 0.60, "constant pawn move": 0.40}
+LIMITS = {"random legal": 0.50, "engine 5th": 0.60, "constant pawn move": 0.40, "constant knight move": 0.40}
 
 
 def data_sets():

@@ -11,6 +11,8 @@ Policy task (``P:`` rows), each a full completion (``M: ... E: ... B: ...``):
 - ``engine 2nd`` / ``engine 5th``: the same M: and E:, B: the engine's 2nd / 5th move;
 - ``random legal``: M: up to 5 random legal moves with E: 0.0, B: the first of them;
 - ``constant pawn move``: ``a2a3`` (white to move) or ``a7a6`` (black), as M: and B:, E: 0.0;
+- ``constant knight move``: ``g1f3`` (white) or ``g8f6`` (black), as M: and B:, E: 0.0: the generic opening move
+  GRPO on the packaged model drifts towards (README.md), legal and often among the engine's top 5 in an opening;
 - ``all legal moves``: M: every legal move with E: 0.0, B: the engine's best;
 - ``best move repeated``: M: the engine's best five times with its eval, B: the best (what a model writes that has
   not learned to leave out a listed move, under greedy decoding);
@@ -69,13 +71,14 @@ def policy_answers(fen: str, analysis: Analysis, rng: random.Random) -> dict[str
     legal = [m.uci() for m in board.legal_moves]
     top, evals = list(analysis.moves), [_eval_text(cp) for cp in analysis.scores]
     sample = rng.sample(legal, min(5, len(legal)))
-    pawn = "a2a3" if board.turn == chess.WHITE else "a7a6"
+    pawn, knight = ("a2a3", "g1f3") if board.turn == chess.WHITE else ("a7a6", "g8f6")
     return {
         REFERENCE: _line(top, evals, top[0]),
         "engine 2nd": _line(top, evals, top[min(1, len(top) - 1)]),
         "engine 5th": _line(top, evals, top[min(4, len(top) - 1)]),
         "random legal": _line(sample, ["0.0"] * len(sample), sample[0]),
         "constant pawn move": _line([pawn], ["0.0"], pawn),
+        "constant knight move": _line([knight], ["0.0"], knight),
         "all legal moves": _line(legal, ["0.0"] * len(legal), top[0]),
         "best move repeated": _line([top[0]] * 5, [evals[0]] * 5, top[0]),
         "legal move repeated": _line([sample[0]] * 5, ["0.0"] * 5, sample[0]),
