@@ -157,6 +157,18 @@ def test_candidates_count_the_list_length(generated_lines, engine_settings):
     assert half == pytest.approx(2 / len(top))
 
 
+def test_legality_pays_a_repeated_move_once():
+    # A model that half knows the rules: five distinct moves, two illegal, must earn more legality than its one safe
+    # move written five times (GRPO drifted to repeats while a repeat earned full legality).
+    reward = ChessLegality()
+    prompt = "P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+    distinct, repeated, safe = reward([prompt] * 3, [" M: g1f3 e2e4 d2d4 e2e5 a1a3 E: 0 0 0 0 0 B: g1f3",
+                                                     " M: g1f3 g1f3 g1f3 g1f3 g1f3 E: 0 0 0 0 0 B: g1f3",
+                                                     " M: g1f3 E: 0 B: g1f3"])
+    assert distinct == pytest.approx(4 / 6) and repeated == pytest.approx(2 / 6) and safe == 1.0
+    assert repeated < distinct
+
+
 def test_constant_and_shifted_evals(generated_lines, engine_settings):
     reward = ChessEvals(engine_settings)
     rows = policy_rows(generated_lines, 20)

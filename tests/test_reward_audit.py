@@ -68,6 +68,8 @@ def test_constant_evals_earn_nothing_where_evals_are_judged():
     # A repeated move is judged once: five copies of the best move with its eval earned full separation before.
     assert table.rows["best move repeated"]["chess_evals"] < 0.05
     assert table.rows["legal move repeated"]["chess_evals"] < 0.05
+    # ... and paid legality once: one legal move of five listed, plus a legal B:.
+    assert table.rows["legal move repeated"]["chess_legality"] == pytest.approx(2 / 6)
 
 
 @pytest.mark.slow

@@ -192,11 +192,17 @@ class ChessFormat(ChessReward):
 class ChessLegality(ChessReward):
     """Share of the proposed moves (every M: move and the B: move) that are legal in the position. Range [0, 1].
 
-    Example:
+    An M: move counts once: a repeat is listed (it stays in the denominator) but earns no legality again. Otherwise
+    ``M: g1f3 g1f3 g1f3 g1f3 g1f3`` earns full legality, while a model that lists five distinct moves, two of them
+    illegal, earns 0.67, and a model that half knows the rules is paid to repeat its one safe move. GRPO runs on
+    the packaged model's successors drifted back to repeated M: lists under that rule (README.md).
+
+    Example (the third answer repeats a legal move: 1 legal M: move of 3 listed, and a legal B:):
         >>> r = ChessLegality()
         >>> p = "P: 8/8/8/8/8/8/8/K6k w - - 0 1"
-        >>> r([p] * 2, [" M: a1a2 a1b1 E: 0 0 B: a1a2", " M: a1a3 E: 0 B: a1a2"])
-        [1.0, 0.5]
+        >>> repeated = " M: a1a2 a1a2 a1a2 E: 0 0 0 B: a1a2"
+        >>> r([p] * 3, [" M: a1a2 a1b1 E: 0 0 B: a1a2", " M: a1a3 E: 0 B: a1a2", repeated])
+        [1.0, 0.5, 0.5]
     """
 
     name = "chess_legality"
@@ -208,8 +214,10 @@ class ChessLegality(ChessReward):
             if row is None:
                 out.append(None)
                 continue
-            proposed = row.line.moves + ([row.line.best] if row.line.best else [])
-            out.append(sum(is_legal(row.board, m) for m in proposed) / len(proposed) if proposed else 0.0)
+            moves, best = row.line.moves, [row.line.best] if row.line.best else []
+            n = len(moves) + len(best)
+            legal = sum(is_legal(row.board, m) for m in [*dict.fromkeys(moves), *best])
+            out.append(legal / n if n else 0.0)
         return out
 
 
