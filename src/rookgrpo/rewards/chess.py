@@ -194,8 +194,8 @@ class ChessLegality(ChessReward):
 
     An M: move counts once: a repeat is listed (it stays in the denominator) but earns no legality again. Otherwise
     ``M: g1f3 g1f3 g1f3 g1f3 g1f3`` earns full legality, while a model that lists five distinct moves, two of them
-    illegal, earns 0.67, and a model that half knows the rules is paid to repeat its one safe move. GRPO runs on
-    the packaged model's successors drifted back to repeated M: lists under that rule (README.md).
+    illegal, earns 0.67, and a model that half knows the rules is paid to repeat its one safe move. Under that rule
+    GRPO drove the own-list models' greedy M: lists back to repeats; paying a repeat once, much less (README.md).
 
     Example (the third answer repeats a legal move: 1 legal M: move of 3 listed, and a legal B:):
         >>> r = ChessLegality()
