@@ -642,7 +642,8 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
         "stages": {**stage_info, "finish": {"seconds": round(t_eval)}},
         "parameters": _n_params(model_dir),
         "architecture": _architecture(model_dir),
-        "eval": {k: v for k, v in metrics.items() if k not in ("samples", "model", "data", "per_row")},
+        "eval": {k: v for k, v in metrics.items()
+                 if k not in ("samples", "model", "data", "per_row", "per_row_cluster")},
         "samples": metrics["samples"],
     }
     (tmp / "build_info.json").write_text(json.dumps(build, indent=2))

@@ -163,6 +163,42 @@ def test_comparison_pairs_the_rows_of_the_same_prompts():
     assert "treated as independent" in format_comparison(legacy, after)
 
 
+def test_copies_of_a_prompt_count_once_in_the_errors(generated_lines, engine_settings):
+    """The packaged held-out file holds some A: lines 7 times (a generator replaying an opening writes the same line
+    again). Greedy decoding answers every copy alike, so copies must not shrink a standard error or inflate a z."""
+    from rookgrpo.evaluate import format_comparison, format_table, paired
+
+    rows = [rookworld_row(l) for l in generated_lines]
+    a_rows = [r for r in rows if r["task"] == "A"][:6]
+    assert len({r["prompt"] for r in a_rows}) == 6
+    # Half right (the reference), half wrong (junk): a spread, so the error is not zero.
+    answers = [r["completion"] if i % 2 else "junk" for i, r in enumerate(a_rows)]
+    once = score([r["prompt"] for r in a_rows], answers, ["A"] * 6, engine_settings)
+    thrice = score([r["prompt"] for r in a_rows] * 3, answers * 3, ["A"] * 18, engine_settings)
+    assert once["env_exact_accuracy"] == thrice["env_exact_accuracy"] == 0.5
+    assert once["env_exact_accuracy_se"] > 0
+    assert thrice["env_exact_accuracy_se"] == pytest.approx(once["env_exact_accuracy_se"])
+    assert thrice["n_env"] == 18 and thrice["n_env_distinct"] == 6
+    assert "A: rows 18 (6 distinct)" in format_table(thrice) and "A: rows 6;" in format_table(once)
+    # Paired: one prompt copied 3 times flips right; unclustered, its copies would look like 3 independent gains.
+    prompts = [r["prompt"] for r in a_rows] + [a_rows[0]["prompt"]] * 2
+    before = score(prompts, ["junk"] * 8, ["A"] * 8, engine_settings)
+    right = a_rows[0]["completion"]
+    after = score(prompts, [right] + ["junk"] * 5 + [right] * 2, ["A"] * 8, engine_settings)
+    diff, se, how = paired(before, after, "env_exact_accuracy")
+    assert how == "paired" and diff == pytest.approx(3 / 8)
+    # Cluster-robust error of row differences [1, 0, 0, 0, 0, 0, 1, 1] over 6 prompts: residual 3 - 3 * 3/8 on the
+    # copied prompt and -3/8 on each of the other 5.
+    expected = (6 / 5 * ((3 - 9 / 8) ** 2 + 5 * (3 / 8) ** 2)) ** 0.5 / 8
+    assert se == pytest.approx(expected)
+    naive = ((3 * (5 / 8) ** 2 + 5 * (3 / 8) ** 2) / 7 / 8) ** 0.5  # the plain error, rows taken as independent
+    assert se > 1.5 * naive
+    # An evaluation written before clusters were recorded pairs with a new one on the new one's clusters.
+    legacy = {k: v for k, v in before.items() if k != "per_row_cluster"}
+    assert paired(legacy, after, "env_exact_accuracy")[1] == pytest.approx(expected)
+    assert "A: rows 8 (6 distinct)" in format_comparison(before, after)
+
+
 def test_evaluate_runs_on_a_gpt2_bpe_model_with_rookworld_layout(tmp_path, engine_settings):
     """RookWorld-LM-124M's shape (GPT-2, byte-level BPE, padded P: lines), built locally at toy size."""
     path = SHARED_DATA / "rook_val_500.txt"

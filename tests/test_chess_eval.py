@@ -52,3 +52,20 @@ def test_every_must_land_on_a_logged_step(tmp_path, generated_lines):
     trainer, data = _trainer(tmp_path, generated_lines, None)
     with pytest.raises(ConfigError, match="multiple of logging_steps"):
         ChessEval(data=data, every=3).bind(trainer)
+
+
+def test_the_subset_holds_each_prompt_once(tmp_path, generated_lines):
+    """The packaged held-out file repeats some A: lines; the subset takes the first n distinct prompts, in order."""
+    a_lines = [l for l in generated_lines if l.startswith("A: ")]
+    copied = [a_lines[0]] * 3 + generated_lines
+    trainer, data = _trainer(tmp_path, copied, None)
+    evaluator = ChessEval(data=data, n_policy=2, n_env=3, every=2)
+    evaluator.bind(trainer)
+    prompts = [r["prompt"] for r in evaluator.rows]
+    env = [p for p in prompts if p.startswith("A: ")]
+    assert len(env) == 3 == len(set(env)) and len(prompts) == 5
+    from rookgrpo.chess.data import load_rookworld
+
+    in_file = [r["prompt"] for r in load_rookworld(data) if r["task"] == "A"]
+    assert in_file[:3] == [in_file[0]] * 3  # the copies come first in the file
+    assert env == list(dict.fromkeys(in_file))[:3]

@@ -51,6 +51,19 @@ def test_the_packaged_model_knows_the_format(engine_settings):
     assert metrics["best_move_reward"] < 0.9
 
 
+def test_the_model_card_numbers_are_what_evaluate_prints():
+    """The card says how to reproduce its table; the table must be that command's output at today's code."""
+    from rookgrpo.chess.engine import EngineSettings
+    from rookgrpo.evaluate import evaluate, format_table
+
+    card = (TINY_ROOKWORLD / "README.md").read_text()
+    assert "rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-eval --depth 8" in card
+    table = card.split("## Numbers")[1].split("```")[1].strip()
+    metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", settings=EngineSettings(depth=8),
+                       progress=False)
+    assert format_table(metrics) == table
+
+
 @pytest.mark.slow
 def test_recipe_trains_two_steps_with_all_dynamics(tmp_path):
     out = tmp_path / "run"

@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,15 +78,40 @@ def complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batc
     return out
 
 
-def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and its standard error over ``values`` (NaN entries skipped); NaNs when nothing is left."""
-    values = [v for v in values if not math.isnan(v)]
-    n = len(values)
+def mean_se(values: Sequence[float], clusters: Sequence[Hashable] | None = None) -> tuple[float, float]:
+    """Mean and its standard error over ``values`` (NaN entries skipped); NaNs when nothing is left.
+
+    ``clusters`` (one label per value) marks rows that are not independent, such as copies of one prompt: the error is
+    then the cluster-robust one, which treats each cluster's rows as one draw. With every label distinct it is the
+    plain standard error; with every row repeated k times it is the plain error of the distinct rows, so copies of a
+    prompt do not make a result look surer than its distinct prompts can show.
+
+    Example (the second list repeats each row of the first three times):
+        >>> [round(x, 4) for x in mean_se([1.0, 0.0, 0.0, 1.0])]
+        [0.5, 0.2887]
+        >>> [round(x, 4) for x in mean_se([1.0, 0.0, 0.0, 1.0] * 3, clusters=[0, 1, 2, 3] * 3)]
+        [0.5, 0.2887]
+    """
+    if clusters is None:
+        clusters = range(len(values))
+    kept = [(v, c) for v, c in zip(values, clusters, strict=True) if not math.isnan(v)]
+    n = len(kept)
     if n == 0:
         return float("nan"), float("nan")
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(var / n)
+    mean = sum(v for v, _ in kept) / n
+    residual: dict[Hashable, float] = {}
+    for v, c in kept:
+        residual[c] = residual.get(c, 0.0) + v - mean
+    g = len(residual)
+    if g < 2:
+        return mean, 0.0
+    return mean, math.sqrt(g / (g - 1) * sum(r * r for r in residual.values())) / n
+
+
+def prompt_clusters(prompts: Sequence[str]) -> list[int]:
+    """One label per prompt: the index of its first copy, so identical prompts share a label (:func:`mean_se`)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(p, i) for i, p in enumerate(prompts)]
 
 
 def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[str],
@@ -119,12 +144,18 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
         env = ChessEnv()([prompts[i] for i in a_idx], [completions[i] for i in a_idx])
         per_metric["env_exact_accuracy"] = [float(x == 1.0) for x in env]
         per_metric["env_reward"] = [float(x) for x in env]
+    # A data set can hold one prompt several times (a generator that replays an opening writes the same A: line
+    # again): greedy decoding answers every copy alike, so the errors count each distinct prompt once (mean_se).
+    clusters = {"P": prompt_clusters([prompts[i] for i in p_idx]), "A": prompt_clusters([prompts[i] for i in a_idx])}
+    per_cluster = {name: clusters["A" if name.startswith("env_") else "P"] for name in per_metric}
     for name, values in per_metric.items():
-        mean, se = mean_se(values)
+        mean, se = mean_se(values, per_cluster[name])
         metrics[name] = mean
         metrics[f"{name}_se"] = se
+    metrics.update(n_policy_distinct=len(set(clusters["P"])), n_env_distinct=len(set(clusters["A"])))
     # Per-row values, so two evaluations of the same prompts compare position by position (format_comparison).
     metrics["per_row"] = per_metric
+    metrics["per_row_cluster"] = per_cluster
     metrics["prompts_sha1"] = hashlib.sha1("\n".join(prompts).encode()).hexdigest()
     return metrics
 
@@ -168,6 +199,12 @@ METRIC_ROWS = [
 ]
 
 
+def _rows(metrics: dict[str, Any], task: str) -> str:
+    """``"64"``, or ``"64 (47 distinct)"`` when some prompts repeat (their copies count once in the errors)."""
+    n, distinct = metrics[f"n_{task}"], metrics.get(f"n_{task}_distinct")
+    return f"{n}" if distinct is None or distinct == n else f"{n} ({distinct} distinct)"
+
+
 def format_table(metrics: dict[str, Any]) -> str:
     lines = [f"{'metric':44s} {'value':>8s} {'± se':>8s}", "-" * 62]
     for key, label in METRIC_ROWS:
@@ -175,7 +212,7 @@ def format_table(metrics: dict[str, Any]) -> str:
             lines.append(f"{label:44s} {metrics[key]:8.3f} {metrics[key + '_se']:8.3f}")
     decoding = f"sampled at T={metrics['temperature']}, seed {metrics.get('seed', 0)}" \
         if metrics.get("temperature") else "greedy"
-    lines.append(f"(P: rows {metrics['n_policy']}, A: rows {metrics['n_env']}; {decoding})")
+    lines.append(f"(P: rows {_rows(metrics, 'policy')}, A: rows {_rows(metrics, 'env')}; {decoding})")
     return "\n".join(lines)
 
 
@@ -183,13 +220,15 @@ def paired(before: dict[str, Any], after: dict[str, Any], key: str) -> tuple[flo
     """``(change, standard error of the change, how)`` for one metric of two evaluations.
 
     Paired when both hold per-row values for the same prompts (``per_row``, ``prompts_sha1``): the standard error of
-    the mean per-row difference, which is what "did this model change on these positions" needs. Otherwise the two
-    are treated as independent samples, which overstates the error for the same positions.
+    the mean per-row difference, which is what "did this model change on these positions" needs, with copies of one
+    prompt counted as one draw (``per_row_cluster`` from either side; an evaluation written before it had none).
+    Otherwise the two are treated as independent samples, which overstates the error for the same positions.
     """
     diff = after[key] - before[key]
     rows_b, rows_a = (m.get("per_row", {}).get(key) for m in (before, after))
     if rows_b and rows_a and len(rows_b) == len(rows_a) and before.get("prompts_sha1") == after.get("prompts_sha1"):
-        _, se = mean_se([a - b for a, b in zip(rows_a, rows_b)])
+        clusters = after.get("per_row_cluster", {}).get(key) or before.get("per_row_cluster", {}).get(key)
+        _, se = mean_se([a - b for a, b in zip(rows_a, rows_b)], clusters)
         return diff, se, "paired"
     return diff, math.sqrt(before[key + "_se"] ** 2 + after[key + "_se"] ** 2), "independent"
 
@@ -209,8 +248,8 @@ def format_comparison(before: dict[str, Any], after: dict[str, Any]) -> str:
             lines.append(f"{label:44s} {before[key]:8.3f} {after[key]:8.3f} {diff:+8.3f} {z:6.1f}")
     how = ("paired by position" if hows == {"paired"} else
            "the evaluations treated as independent (not the same prompts, or no per-row values)")
-    lines.append(f"(P: rows {after['n_policy']}, A: rows {after['n_env']}; z = change / standard error of the change, "
-                 f"{how})")
+    lines.append(f"(P: rows {_rows(after, 'policy')}, A: rows {_rows(after, 'env')}; z = change / standard error of "
+                 f"the change, {how})")
     return "\n".join(lines)
 
 

@@ -31,8 +31,9 @@ class ChessEval(RookCallback):
     """Evaluate held-out RookWorld positions every ``every`` steps (see the module docstring).
 
     Args:
-        data: RookWorld lines (a packaged name, file or hub id); the first ``n_policy`` ``P:`` and ``n_env`` ``A:``
-            rows are the fixed subset.
+        data: RookWorld lines (a packaged name, file or hub id); the first ``n_policy`` distinct ``P:`` and
+            ``n_env`` distinct ``A:`` prompts are the fixed subset (greedy decoding answers copies of a prompt alike,
+            so a copy would only weigh one position more).
         every: steps between evaluations; a multiple of ``logging_steps`` so each lands in a logged step.
         max_new_tokens: default: 1.25 x the longest reference completion's tokens, plus 4.
     """
@@ -55,7 +56,7 @@ class ChessEval(RookCallback):
         if self.every % max(int(trainer.args.logging_steps), 1):
             raise ConfigError(f"chess_eval: every ({self.every}) must be a multiple of logging_steps "
                               f"({trainer.args.logging_steps}), so each evaluation lands in a logged step.")
-        rows = load_rookworld(self.data)
+        rows = list({r["prompt"]: r for r in reversed(load_rookworld(self.data))}.values())[::-1]  # first copies
         policy = [r for r in rows if r["task"] == "P"][: self.n_policy]
         env = [r for r in rows if r["task"] == "A"][: self.n_env]
         if not policy and not env:
