@@ -90,6 +90,9 @@ class RookGRPOTrainer(GRPOTrainer):
         self._batch_hooks = sorted(hooks, key=lambda cb: 0 if getattr(cb, "sees_first_round", False)
                                    else 1 if getattr(cb, "changes_batch", False) else 2)
         self._log_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_log")]
+        # Hooks around each loss (kl_cap): they see this loss's copy of the batch, then the policy's log-probs.
+        self._loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_loss")]
+        self._in_loss = False
 
     # ---- hooks around TRL's generation step -------------------------------------------------------------------
     # With no rookgrpo callback and no task settings these call straight through to TRL (tested: identical runs).
@@ -130,7 +133,22 @@ class RookGRPOTrainer(GRPOTrainer):
             self._task_settings.before_loss(self)
         if self._phases is not None and torch.is_grad_enabled():
             self._phases.start("loss")
-        return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+        if not self._loss_hooks:
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        # A shallow copy: loss hooks may replace entries for this loss; the buffered batch that later steps and
+        # iterations reuse (steps_per_generation, num_iterations) keeps its own.
+        inputs = dict(inputs)
+        for hook in self._loss_hooks:
+            hook.before_loss(self, inputs)
+        self._in_loss = True
+        try:
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        finally:
+            self._in_loss = False
+            for hook in self._loss_hooks:
+                hook.after_loss(self)
 
     def _score_rows(self, rows: list[dict]):
         """Generate and score extra rows with TRL's own code; returns (scored batch, gathered rewards per func)."""
@@ -155,9 +173,14 @@ class RookGRPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         # Calls outside the loss (reference model, old policy) happen under no_grad in the scoring phase.
         if self._phases is None or torch.is_grad_enabled():
-            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        with self._phases.measure("reference"):
-            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        else:
+            with self._phases.measure("reference"):
+                out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._in_loss:  # the loss's own policy pass (under no_grad in an evaluation loss)
+            for hook in self._loss_hooks:
+                hook.on_loss_logps(self, out[0])
+        return out
 
     def log(self, logs, *args, **kwargs):
         """TRL's log, after callbacks with ``before_log`` (e.g. diagnostics) added values derived from the step."""

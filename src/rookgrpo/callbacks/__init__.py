@@ -4,9 +4,10 @@ from .adaptive_beta import AdaptiveBeta
 from .base import RookCallback
 from .chess_eval import ChessEval
 from .diagnostics import Diagnostics
+from .kl_cap import KLCap
 from .selection import PromptSelection
 from .zero_std import ZeroStdResampling
 from .registry import available_callbacks, register_callback, resolve_callback, resolve_callbacks
 
-__all__ = ["AdaptiveBeta", "ChessEval", "Diagnostics", "PromptSelection", "RookCallback", "ZeroStdResampling", "available_callbacks", "register_callback", "resolve_callback",
+__all__ = ["AdaptiveBeta", "ChessEval", "Diagnostics", "KLCap", "PromptSelection", "RookCallback", "ZeroStdResampling", "available_callbacks", "register_callback", "resolve_callback",
            "resolve_callbacks"]
