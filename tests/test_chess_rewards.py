@@ -285,6 +285,24 @@ def test_env_copying_the_input_earns_nothing_and_credit_rises_with_the_change(ge
     assert rows >= 15
 
 
+def test_env_a_board_that_is_not_a_board_earns_nothing(generated_lines):
+    """Read square by square, a placement with two empty ranks written as ``88``, or a ``/`` left out, matches the
+    right board; it is not a FEN, and with the verdict and fields right it was paid 0.9."""
+    reward = ChessEnv()
+    rows = 0
+    for line in [l for l in generated_lines if l.startswith("A:")]:
+        prompt, truth = split_env(line)
+        placement = parse_env(line).new_fen.split()[0]
+        ranks = placement.split("/")
+        joined = "/".join(ranks[:3]) + ranks[3] + "/" + "/".join(ranks[4:])  # one "/" left out: seven ranks
+        malformed = [truth.replace(placement, joined, 1)]
+        if "8/8" in placement:
+            malformed.append(truth.replace(placement, placement.replace("8/8", "88", 1), 1))
+        assert reward([prompt] * (len(malformed) + 1), [*malformed, truth]) == [0.0] * len(malformed) + [1.0], line
+        rows += 1
+    assert rows >= 15
+
+
 def test_board_change_credit_on_special_moves():
     castled = chess.Board("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1")
     before = castled.board_fen()

@@ -56,6 +56,9 @@ def test_degenerate_answers_earn_less_than_the_limits(recipe, data):
     assert env.share("copy FEN") <= 0.10 and env.share("copy FEN, side flipped") <= 0.10
     # Partial credit is still there for answers that get the board right, so groups keep a spread.
     assert 0.5 < env.share("board right, rest copied") < 1.0
+    # A placement that is not a board earns nothing, even where its squares read right (it was paid 0.9).
+    for rows in (env, by_title["illegal move"]) if "illegal move" in by_title else (env,):
+        assert rows.share("ranks run together") == 0.0
 
 
 def test_constant_evals_earn_nothing_where_evals_are_judged():

@@ -25,7 +25,9 @@ rows whose move is legal and rows whose move is illegal:
 - ``exact``: the ground truth; ``copy FEN``: the input FEN with ``+0.001+0+0``; ``copy FEN, side flipped``;
 - ``board right, rest copied``: the new piece placement with the input's side, castling, en passant and clocks,
   and ``+0.001+0+0``;
-- ``wrong flags``: the exact new FEN with a wrong reward and terminated flag.
+- ``wrong flags``: the exact new FEN with a wrong reward and terminated flag;
+- ``ranks run together``: the exact answer with the placement's first ``/`` left out (seven ranks, not a FEN; read
+  square by square it is the right board).
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def env_answers(prompt: str) -> dict[str, str]:
         "copy FEN, side flipped": f"{flipped}+0.001+0+0",
         "board right, rest copied": " ".join([new[0], *parts[1:]]) + "+0.001+0+0",
         "wrong flags": truth.new_fen + wrong,
+        "ranks run together": truth.completion().replace("/", "", 1),
     }
 
 

@@ -448,7 +448,9 @@ def board_change_credit(before: str, expected: str, predicted: str) -> float:
     an en-passant capture). Credit is ``(changed squares right - other squares wrong) / changed squares``, floored
     at 0: the unchanged input earns 0, moving the piece off its square but not onto the target earns half on a
     two-square move. When nothing changes (an illegal move), the unchanged board earns 1 and each wrongly changed
-    square costs half.
+    square costs half. A ``predicted`` placement that is not a board (not 8 ranks of 8 squares of known pieces) earns
+    0: read square by square it can match, as ``88`` for two empty ranks or a rank whose ``/`` is missing does, and
+    it was paid 0.9 with the verdict and fields right.
 
     >>> start = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR"
     >>> after = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR"
@@ -456,7 +458,13 @@ def board_change_credit(before: str, expected: str, predicted: str) -> float:
     (1.0, 0.0)
     >>> board_change_credit(start, after, "rnbqkbnr/pppppppp/8/8/8/8/PPPP1PPP/RNBQKBNR")  # pawn lifted, not placed
     0.5
+    >>> board_change_credit(start, after, "rnbqkbnr/pppppppp/88/4P3/8/PPPP1PPP/RNBQKBNR")  # seven ranks: no board
+    0.0
     """
+    try:
+        chess.BaseBoard(predicted)
+    except ValueError:
+        return 0.0
     b, e, p = _squares(before), _squares(expected), _squares(predicted)
     changed = [i for i in range(64) if b[i] != e[i]]
     wrong_elsewhere = sum(p[i] != e[i] for i in range(64) if b[i] == e[i])
