@@ -14,8 +14,8 @@ the update depends on TRL's ``use_bias_correction_kl``:
   the step is spent raising that one token.
 
 ``kl_cap`` clamps ``r`` per token to the interval where ``exp(r) - r - 1 <= max_token_kl`` (for the default 10:
--11.0 <= r <= 2.53), the same bound as verl's ``low_var_kl``. A capped token keeps its pull towards the reference,
-at the cap's strength (gradient ``-r_cap`` with the correction, ``1 - exp(r_cap)`` without: at most 11.0 and 11.5 in
+-11.0 <= r <= 2.61), the same bound as verl's ``low_var_kl``. A capped token keeps its pull towards the reference,
+at the cap's strength (gradient ``-r_cap`` with the correction, ``1 - exp(r_cap)`` without: at most 11.0 and 12.6 in
 size for the default), where verl's clamp on the value leaves it none. Tokens inside the interval are untouched, so
 runs without a heavy token are identical (tested).
 
@@ -33,7 +33,7 @@ batch (the optimised one, per loss call):
 Example:
     >>> from rookgrpo.callbacks.kl_cap import log_ratio_bounds
     >>> [round(r, 2) for r in log_ratio_bounds(10.0)]
-    [-11.0, 2.53]
+    [-11.0, 2.61]
 """
 
 from __future__ import annotations
