@@ -199,7 +199,7 @@ def main(argv=None):
     if "vanilla" not in args.arms:
         ap.error("--arms: the comparison is against vanilla; include it")
     from rookgrpo.chess.engine import EngineSettings
-    from rookgrpo.evaluate import evaluate
+    from rookgrpo.evaluate import PER_ROW_KEYS, evaluate
 
     settings = EngineSettings(depth=args.eval_depth)
     data = "rookgrpo/tiny-rookworld-eval"
@@ -210,8 +210,7 @@ def main(argv=None):
             for arm in args.arms:
                 r = run(arm, seed, args.steps, tmp)
                 m = evaluate(r["model"], data, settings=settings, progress=False)
-                r.update(seed=seed, eval={k: m[k] for k in m
-                                          if k not in ("samples", "per_row", "per_row_cluster", "model")})
+                r.update(seed=seed, eval={k: m[k] for k in m if k not in ("samples", "model", *PER_ROW_KEYS)})
                 runs[arm].append(r)
                 print(f"seed {seed} {arm}: " + ", ".join(f"{k} {m[k]:.3f}" for k, _ in METRICS), flush=True)
 
@@ -254,7 +253,7 @@ def main(argv=None):
         "table": "\n".join(rows + paired_rows),
         "command": f"python benchmarks/bench_tiny_grpo.py --steps {args.steps} --seeds "
                    f"{' '.join(map(str, args.seeds))} --arms {' '.join(args.arms)}",
-        "start": {k: v for k, v in base.items() if k not in ("samples", "per_row", "per_row_cluster")},
+        "start": {k: v for k, v in base.items() if k not in ("samples", *PER_ROW_KEYS)},
         "runs": runs, "paired": paired,
     }
     return finish(result, args.out)

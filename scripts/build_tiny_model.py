@@ -604,7 +604,7 @@ def main(argv=None) -> int:
 def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
     """Evaluate the SFT model on the held-out positions and write the package assets with their model card."""
     from rookgrpo.chess.engine import EngineSettings
-    from rookgrpo.evaluate import evaluate, format_table
+    from rookgrpo.evaluate import PER_ROW_KEYS, evaluate, format_table
 
     model_dir = work / "final"
     if not (model_dir / "config.json").exists():
@@ -642,8 +642,7 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
         "stages": {**stage_info, "finish": {"seconds": round(t_eval)}},
         "parameters": _n_params(model_dir),
         "architecture": _architecture(model_dir),
-        "eval": {k: v for k, v in metrics.items()
-                 if k not in ("samples", "model", "data", "per_row", "per_row_cluster")},
+        "eval": {k: v for k, v in metrics.items() if k not in ("samples", "model", "data", *PER_ROW_KEYS)},
         "samples": metrics["samples"],
     }
     (tmp / "build_info.json").write_text(json.dumps(build, indent=2))

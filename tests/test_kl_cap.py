@@ -40,11 +40,11 @@ def _args(tmp_path, **overrides):
     return tiny_grpo_args(tmp_path, **values)
 
 
-def _run(tiny_model_dir, dataset, tmp_path, callbacks, **overrides):
+def _run(tiny_model_dir, dataset, tmp_path, callbacks, peft_config=None, **overrides):
     evaluating = overrides.get("eval_strategy", "no") != "no"
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=_args(tmp_path, **overrides),
                               train_dataset=dataset, eval_dataset=dataset.select(range(8)) if evaluating else None,
-                              callbacks=callbacks)
+                              callbacks=callbacks, peft_config=peft_config)
     trainer.train()
     return trainer, [h for h in trainer.state.log_history if "loss" in h]
 
@@ -121,6 +121,25 @@ def test_an_evaluation_loss_is_capped_and_logged_as_eval(tiny_model_dir, smoke_d
     evals = [h for h in trainer.state.log_history if "eval_loss" in h]
     assert evals and all(h["eval_kl_cap/max_log_ratio"] == pytest.approx(HEAVY, abs=1e-3) for h in evals)
     assert all(h["eval_kl"] < 1.0 for h in evals)
+
+
+def test_a_lora_wrapped_policy_with_evaluation_between_buffered_steps(tiny_model_dir, smoke_dataset, tmp_path):
+    """A PEFT policy (the reference is the policy with its adapter off), a generation batch optimised over two steps
+    and an evaluation between them: every loss, training and evaluation, is capped, and the buffer keeps the heavy
+    token for the second step."""
+    from peft import LoraConfig
+
+    probe = HeavyToken()
+    trainer, logged = _run(tiny_model_dir, smoke_dataset, tmp_path, [probe, KLCap(10.0)],
+                           peft_config=LoraConfig(r=4, target_modules=["c_attn"], task_type="CAUSAL_LM"),
+                           steps_per_generation=2, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8)
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert len(evals) == 4 and all(h["eval_kl_cap/max_log_ratio"] == pytest.approx(HEAVY, abs=1e-3) for h in evals)
+    assert all(h["kl"] < 1.0 for h in logged) and all(h["eval_kl"] < 1.0 for h in evals)
+    assert all(min(abs(h["kl_cap/max_log_ratio"] - x) for x in (0.0, HEAVY)) < 1e-3 for h in logged)
+    assert any(h["kl_cap/max_log_ratio"] > HEAVY - 1e-3 for h in logged)
+    for output, value in probe.outputs:
+        assert float(output["ref_per_token_logps"][0, 0]) == value
 
 
 def test_bad_settings_are_refused_before_training(tiny_model_dir, smoke_dataset, tmp_path):

@@ -114,6 +114,10 @@ def prompt_clusters(prompts: Sequence[str]) -> list[int]:
     return [first.setdefault(p, i) for i, p in enumerate(prompts)]
 
 
+# The per-row entries of an evaluation: what a summary (build_info.json, a benchmark's record) leaves out.
+PER_ROW_KEYS = ("per_row", "per_row_cluster")
+
+
 def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[str],
           settings: EngineSettings = EngineSettings()) -> dict[str, Any]:
     """Compute the evaluation metrics for given completions (no model needed)."""

@@ -90,9 +90,9 @@ class RookGRPOTrainer(GRPOTrainer):
         self._batch_hooks = sorted(hooks, key=lambda cb: 0 if getattr(cb, "sees_first_round", False)
                                    else 1 if getattr(cb, "changes_batch", False) else 2)
         self._log_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_log")]
-        # Hooks around each loss (kl_cap): they see this loss's copy of the batch, then the policy's log-probs.
-        self._loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_loss")]
-        self._in_loss = False
+        # Hooks on each loss (kl_cap): this loss's copy of the batch with the policy's log-probs from its forward pass.
+        self._loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_loss_logps")]
+        self._loss_inputs = None  # during a loss with hooks, until its policy pass: the copy they may change
 
     # ---- hooks around TRL's generation step -------------------------------------------------------------------
     # With no rookgrpo callback and no task settings these call straight through to TRL (tested: identical runs).
@@ -138,17 +138,12 @@ class RookGRPOTrainer(GRPOTrainer):
                                         num_items_in_batch=num_items_in_batch)
         # A shallow copy: loss hooks may replace entries for this loss; the buffered batch that later steps and
         # iterations reuse (steps_per_generation, num_iterations) keeps its own.
-        inputs = dict(inputs)
-        for hook in self._loss_hooks:
-            hook.before_loss(self, inputs)
-        self._in_loss = True
+        inputs = self._loss_inputs = dict(inputs)
         try:
             return super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
         finally:
-            self._in_loss = False
-            for hook in self._loss_hooks:
-                hook.after_loss(self)
+            self._loss_inputs = None
 
     def _score_rows(self, rows: list[dict]):
         """Generate and score extra rows with TRL's own code; returns (scored batch, gathered rewards per func)."""
@@ -177,9 +172,10 @@ class RookGRPOTrainer(GRPOTrainer):
         else:
             with self._phases.measure("reference"):
                 out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if self._in_loss:  # the loss's own policy pass (under no_grad in an evaluation loss)
+        inputs, self._loss_inputs = self._loss_inputs, None
+        if inputs is not None:  # the loss's own policy pass, its first (under no_grad in an evaluation loss)
             for hook in self._loss_hooks:
-                hook.on_loss_logps(self, out[0])
+                hook.on_loss_logps(self, inputs, out[0])
         return out
 
     def log(self, logs, *args, **kwargs):

@@ -14,9 +14,9 @@ class RookCallback(TrainerCallback):
       reference to the trainer for the hooks.
     - ``on_scored_batch(trainer, scored)`` (optional) sees each scored generation batch; set ``changes_batch = True``
       when it replaces rows, so it runs before the observers.
-    - ``before_loss(trainer, inputs)``, ``on_loss_logps(trainer, per_token_logps)``, ``after_loss(trainer)``
-      (optional, all three): around each loss, with that loss's shallow copy of the batch (entries may be replaced;
-      the buffered batch is not touched) and the policy's log-probs from the loss's own forward pass (``kl_cap``).
+    - ``on_loss_logps(trainer, inputs, per_token_logps)`` (optional): after each loss's own policy forward pass,
+      with that loss's shallow copy of the batch (entries may be replaced before the loss reads them; the buffered
+      batch is not touched) and the policy's per-token log-probs (``kl_cap``).
     - ``state_dict()`` / ``load_state_dict()`` are saved in every checkpoint and restored on
       ``resume_from_checkpoint``, so a controller continues where it stopped.
     """

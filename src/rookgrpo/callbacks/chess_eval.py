@@ -51,12 +51,14 @@ class ChessEval(RookCallback):
     def bind(self, trainer) -> None:
         from ..chess.data import load_rookworld
         from ..chess.engine import EngineSettings
+        from ..evaluate import prompt_clusters
 
         super().bind(trainer)
         if self.every % max(int(trainer.args.logging_steps), 1):
             raise ConfigError(f"chess_eval: every ({self.every}) must be a multiple of logging_steps "
                               f"({trainer.args.logging_steps}), so each evaluation lands in a logged step.")
-        rows = list({r["prompt"]: r for r in reversed(load_rookworld(self.data))}.values())[::-1]  # first copies
+        rows = load_rookworld(self.data)
+        rows = [rows[i] for i, first in enumerate(prompt_clusters(rows["prompt"])) if first == i]  # first copies
         policy = [r for r in rows if r["task"] == "P"][: self.n_policy]
         env = [r for r in rows if r["task"] == "A"][: self.n_env]
         if not policy and not env:

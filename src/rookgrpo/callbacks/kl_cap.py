@@ -19,9 +19,9 @@ at the cap's strength (gradient ``-r_cap`` with the correction, ``1 - exp(r_cap)
 size for the default), where verl's clamp on the value leaves it none. Tokens inside the interval are untouched, so
 runs without a heavy token are identical (tested).
 
-How: before each loss the trainer hands this callback the batch (a shallow copy, so the buffered batch that
-``steps_per_generation`` and ``num_iterations`` reuse is never changed), and after the loss's own forward pass the
-policy's per-token log-probs; the callback replaces the copy's ``ref_per_token_logps`` by
+How: after each loss's own forward pass the trainer hands this callback that loss's batch (a shallow copy, so the
+buffered batch that ``steps_per_generation`` and ``num_iterations`` reuse is never changed) and the policy's
+per-token log-probs; the callback replaces the copy's ``ref_per_token_logps`` by
 ``logp + clamp(ref - logp, r_low, r_high)`` (``logp`` detached), which TRL's loss then reads. Nothing of TRL's loss is
 copied. TRL's ``kl`` metric is then the capped KL, which is what the loss used; the callback logs, for the same
 batch (the optimised one, per loss call):
@@ -72,7 +72,6 @@ class KLCap(RookCallback):
             raise ConfigError(f"kl_cap.max_token_kl: got {max_token_kl}; it must be > 0 (nats per token, e.g. 10).")
         self.max_token_kl = float(max_token_kl)
         self.r_low, self.r_high = log_ratio_bounds(self.max_token_kl)
-        self._batch: dict | None = None
 
     def bind(self, trainer: Any) -> None:
         super().bind(trainer)
@@ -83,20 +82,13 @@ class KLCap(RookCallback):
             raise ConfigError("kl_cap with use_liger_kernel: true. Liger computes the loss, KL included, in its own "
                               "kernel, which this callback cannot reach. Set use_liger_kernel: false or remove kl_cap.")
 
-    # ---- hooks the trainer calls around each loss ---------------------------------------------------------------
-
-    def before_loss(self, trainer: Any, inputs: dict) -> None:
-        """``inputs`` is the trainer's own copy of the batch for this loss: the one to change."""
-        self._batch = inputs if inputs.get("ref_per_token_logps") is not None else None
-
-    def on_loss_logps(self, trainer: Any, per_token_logps) -> None:
-        """After the loss's policy forward pass: cap the reference log-probs the KL term will read."""
+    def on_loss_logps(self, trainer: Any, batch: dict, per_token_logps) -> None:
+        """After the loss's policy forward pass: cap the reference log-probs the KL term will read from ``batch``,
+        the trainer's copy of the batch for this loss."""
         import torch
 
-        batch = self._batch
-        if batch is None:
+        if batch.get("ref_per_token_logps") is None:
             return
-        self._batch = None  # one policy forward per loss
         mask = batch["completion_mask"]
         if "tool_mask" in batch:
             mask = mask * batch["tool_mask"]
@@ -116,6 +108,3 @@ class KLCap(RookCallback):
         metrics["kl_cap/raw_kl"].append((stats[0] / count).item())
         metrics["kl_cap/capped_frac"].append((stats[1] / count).item())
         metrics["kl_cap/max_log_ratio"].append(top.item())
-
-    def after_loss(self, trainer: Any) -> None:
-        self._batch = None
