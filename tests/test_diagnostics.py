@@ -27,6 +27,11 @@ def test_zero_advantage_batch_warns_once_with_cause_and_fix(tiny_model_dir, smok
     assert len(warnings) == 2, warnings
     assert "zero-std groups" in warnings[0] and "Fix: add the zero_std_resampling callback" in warnings[0]
     assert "2 more like this" in warnings[1]
+    # The same batches collapse the reward itself; it is a function, so the warning names a rule's causes, not a
+    # judge's (tests/test_judge.py checks the judge's wording).
+    collapsed = [r.getMessage() for r in caplog.records if "same score" in r.getMessage()]
+    assert collapsed and "reward 'mostly_flat' gave all" in collapsed[0]
+    assert "It is a rule" in collapsed[0] and "judge" not in collapsed[0]
 
 
 def test_metrics_are_logged_and_sane(tiny_model_dir, smoke_dataset, tmp_path, caplog):

@@ -56,7 +56,7 @@ def test_collapsed_judge_is_named_with_cause_and_fix(tiny_model_dir, smoke_datas
         trainer.train()
     warnings = [r.getMessage() for r in caplog.records if "same score" in r.getMessage()]
     assert warnings and "reward 'flat-judge' gave all 8 scored completions" in warnings[0]
-    assert "judge" in warnings[0] and "Fix:" in warnings[0]
+    assert "judge" in warnings[0] and "Fix:" in warnings[0] and "It is a rule" not in warnings[0]
     assert all(h["loss"] == pytest.approx(0.0, abs=1e-6) for h in trainer.state.log_history if "loss" in h)
 
 

@@ -25,8 +25,8 @@ Logged (averaged over the logging window like TRL's own metrics):
 Warnings (through ``logging``, at most once per ``warn_every`` steps per kind, with a count of the ones held back):
 every advantage of a batch zero, most groups identical, every completion masked out of the loss (no token to learn
 from), most completions cut off at ``max_completion_length`` (so since the first batch: a limit too short for the
-task; risen since: a policy collapsing into text that never ends), a reward function (a judge, typically) that gave
-every completion of the batch the same score or scores within a thousandth of their magnitude of each other
+task; risen since: a policy collapsing into text that never ends), a reward that gave every completion of the batch the
+same score (a judge's causes and fixes differ from a rule's, and the warning names the kind) or scores within a thousandth of their magnitude of each other
 (saturated), and a step after the first in which ``torch.compile`` compiled again (the "second iteration 5x slower"
 failure).
 """
@@ -63,9 +63,17 @@ COLLAPSED_HELP = (
     "reward {name!r} gave all {n} scored completions of this batch the same score ({value:.4g}), so it adds nothing "
     "to the advantages. Likely cause: a judge (reward model) that scores every completion alike: saturated (its "
     "output far from 0 whatever the text) or blind to the completion (the text it sees is cut off, or the completion "
-    "part is lost in formatting); or a rule every completion fails or passes. Fix: check what the judge is given "
-    "(reward_processing_classes, truncation) and its raw scores on good and bad answers, or give the reward partial "
-    "credit."
+    "part is lost in formatting). Fix: check what the judge is given (reward_processing_classes, truncation) and its "
+    "raw scores on good and bad answers."
+)
+# The same event for a reward function (a rule): every completion failed it or passed it, which is the rule's verdict
+# on this batch, not a fault; it only matters when it keeps happening.
+COLLAPSED_RULE_HELP = (
+    "reward {name!r} gave all {n} scored completions of this batch the same score ({value:.4g}), so it adds nothing "
+    "to the advantages. It is a rule, so every completion failed it (or passed it) in this batch. If this warning "
+    "keeps coming, the rule is too hard (or too easy) for the model at this temperature. Fix: raise the temperature "
+    "for that task (task_generation_kwargs), give the reward partial credit, or train on prompts the model sometimes "
+    "solves."
 )
 SATURATED_HELP = (
     "reward {name!r} scored all {n} completions of this batch within {spread:.3g} of each other around {center:.4g} "
@@ -245,8 +253,11 @@ class Diagnostics(RookCallback):
         if share >= self.identical_warn_frac:
             self._warn("identical", step, IDENTICAL_HELP.format(share=share, G=G))
         self._check_truncation(step, cut / max(groups * G, 1.0), trainer.args)
+        judges = {name for name, func in zip(trainer.reward_func_names, trainer.reward_funcs)
+                  if isinstance(func, torch.nn.Module)}
         for name, value, n in collapsed_rewards(scored.rewards_per_func, trainer.reward_func_names):
-            self._warn(f"collapsed:{name}", step, COLLAPSED_HELP.format(name=name, n=n, value=value))
+            help_text = COLLAPSED_HELP if name in judges else COLLAPSED_RULE_HELP
+            self._warn(f"collapsed:{name}", step, help_text.format(name=name, n=n, value=value))
         for name, center, spread, n in saturated_rewards(scored.rewards_per_func, trainer.reward_func_names):
             self._warn(f"saturated:{name}", step, SATURATED_HELP.format(name=name, n=n, spread=spread, center=center,
                                                                         ratio=spread / abs(center)))
