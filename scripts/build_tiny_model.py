@@ -58,6 +58,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="games played for positions (P: rows sample their positions, A: rows their moves)")
     p.add_argument("--n_grpo", type=int, default=1024, help="GRPO training lines (positions) kept out of SFT")
     p.add_argument("--n_eval", type=int, default=256, help="held-out evaluation lines (positions)")
+    p.add_argument("--held_out_copies", choices=("keep", "drop"), default="keep",
+                   help="copies of a line in the held-out splits (the game generator replays openings, so a line\n"
+                        "can be generated more than once): 'keep' as v2 was built (its 64 evaluation A: rows are 47\n"
+                        "distinct prompts), 'drop' to keep one of each there; the SFT split keeps every copy either way")
     p.add_argument("--label_depth", type=int, default=8, help="Stockfish depth that labels P: rows")
     p.add_argument("--max_plies", type=int, default=24,
                    help="games stop after this many plies, so positions come from the opening (plies 4 to N-1):\n"
@@ -187,14 +191,16 @@ def make_data(args, work: Path) -> dict[str, list[str]]:
              for name, n in (("eval", args.n_eval), ("grpo", args.n_grpo))}
     splits: dict[str, list[str]] = {"eval": [], "grpo": [], "sft": []}
     for pos in positions:
+        # What this position would add to a held-out split: every line, or one of each (--held_out_copies drop).
+        held = by_pos[pos] if args.held_out_copies == "keep" else list(dict.fromkeys(by_pos[pos]))
         need = {"A": 0, "P": 0}
-        for line in by_pos[pos]:
+        for line in held:
             need[line[0]] += 1
         name = next((n for n, q in quota.items() if all(need[t] <= q[t] for t in need)), "sft")
         if name != "sft":
             for t in need:
                 quota[name][t] -= need[t]
-        splits[name] += by_pos[pos]
+        splits[name] += held if name != "sft" else by_pos[pos]
     return splits
 
 
@@ -586,6 +592,7 @@ def main(argv=None) -> int:
         cache_info = data_cache(args, work).with_suffix(".json")
         data_info = {**(json.loads(cache_info.read_text()) if cache_info.exists() else {}),
                      "lines": args.n_lines, "label_depth": args.label_depth, "max_plies": args.max_plies,
+                     "held_out_copies": args.held_out_copies,
                      "splits": {k: len(v) for k, v in splits.items()}}
         (work / "data_info.json").write_text(json.dumps(data_info, indent=2))
         print(data_info, flush=True)
@@ -702,7 +709,7 @@ not a chess player, and it knows openings only: every position it was taught com
   {a.get('max_plies', '?')} plies, so every position is an opening one (plies 4 and up); P: rows labelled by
   Stockfish at depth {a['label_depth']}; split by position into SFT ({build['splits']['sft']} lines), GRPO training
   positions ({build['splits']['grpo']}, `train_positions.txt`) and held-out evaluation positions
-  ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.
+  ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.{_copies_text(a)}
 - SFT{_init_text(a)}: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to
   {a.get('sft_a_share', 1.0):.0%} of the mix ({sft.get('train_lines', '?')} lines), M: moves in
   {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole
@@ -728,6 +735,12 @@ M_ORDER_TEXT = {"random": "random order (as RookWorld writes them)",
 TOKENIZER_TEXT = {"move": "one token per UCI move and per character otherwise",
                   "board": "one token per UCI move, per frequent FEN rank string and per character otherwise",
                   "char": "one token per character"}
+
+
+def _copies_text(a: dict) -> str:
+    if a.get("held_out_copies", "keep") == "drop":
+        return " The held-out splits hold one copy of each line\n  (`--held_out_copies drop`); SFT keeps every copy."
+    return ""
 
 
 def _init_text(a: dict) -> str:

@@ -258,3 +258,34 @@ def test_own_lists_push_down_the_models_own_repeat_and_pay_the_lines_unlisted_mo
         opt.step()
     repeat_after, owed_after = at_second_slot()
     assert repeat_after < 0.5 * repeat_before and owed_after > owed_before, (repeat_before, repeat_after)
+
+
+
+def test_held_out_copies_drop_keeps_one_of_each_line_there_and_every_copy_in_sft(tmp_path):
+    """The generator replays openings, so a line can be generated more than once; v2's evaluation A: rows are 47
+    distinct prompts in 64. ``--held_out_copies drop`` keeps one of each line in the held-out splits (the quotas count
+    distinct lines) and leaves the SFT split every copy; ``keep`` (the default, how v2 was built) keeps copies."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_tiny_model", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    fens = [f"8/8/8/8/8/8/{i}p{6 - i}/K6k w - - 0 1" for i in range(7)]
+    lines = []
+    for i, fen in enumerate(fens):  # every position: one P: line, and its A: line twice at even i
+        lines += [f"P: {fen} M: a1a2 E: 0.1 B: a1a2"] + [f"A: {fen}+a1a2+a1a2+{fen}+0.001+0+0"] * (2 - i % 2)
+    splits = {}
+    for copies in ("keep", "drop"):
+        args = script.parse_args(["--n_eval", "8", "--n_grpo", "8", "--held_out_copies", copies,
+                                  "--work", str(tmp_path / copies)])
+        (tmp_path / copies).mkdir()
+        script.data_cache(args, tmp_path / copies).write_text("\n".join(lines) + "\n")
+        splits[copies] = script.make_data(args, tmp_path / copies)
+        # Every generated line is in some split, as often as it was generated or (drop, held out) once.
+        assert set(sum(splits[copies].values(), [])) == set(lines)
+    kept_held = splits["keep"]["eval"] + splits["keep"]["grpo"]
+    assert len(kept_held) > len(set(kept_held))  # the case the option is for
+    dropped = splits["drop"]
+    for name in ("eval", "grpo"):
+        assert len(dropped[name]) == len(set(dropped[name])) > 0, name
+    assert all(dropped["sft"].count(line) == lines.count(line) for line in dropped["sft"])
