@@ -61,7 +61,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--held_out_copies", choices=("keep", "drop"), default="keep",
                    help="copies of a line in the held-out splits (the game generator replays openings, so a line\n"
                         "can be generated more than once): 'keep' as v2 was built (its 64 evaluation A: rows are 47\n"
-                        "distinct prompts), 'drop' to keep one of each there; the SFT split keeps every copy either way")
+                        "distinct prompts), 'drop' to keep one of each there; the SFT split keeps every copy")
     p.add_argument("--label_depth", type=int, default=8, help="Stockfish depth that labels P: rows")
     p.add_argument("--max_plies", type=int, default=24,
                    help="games stop after this many plies, so positions come from the opening (plies 4 to N-1):\n"

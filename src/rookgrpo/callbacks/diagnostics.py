@@ -25,10 +25,10 @@ Logged (averaged over the logging window like TRL's own metrics):
 Warnings (through ``logging``, at most once per ``warn_every`` steps per kind, with a count of the ones held back):
 every advantage of a batch zero, most groups identical, every completion masked out of the loss (no token to learn
 from), most completions cut off at ``max_completion_length`` (so since the first batch: a limit too short for the
-task; risen since: a policy collapsing into text that never ends), a reward that gave every completion of the batch the
-same score (a judge's causes and fixes differ from a rule's, and the warning names the kind) or scores within a thousandth of their magnitude of each other
-(saturated), and a step after the first in which ``torch.compile`` compiled again (the "second iteration 5x slower"
-failure).
+task; risen since: a policy collapsing into text that never ends), a reward that gave every completion of the
+batch the same score (a judge's causes and fixes differ from a rule's, and the warning names the kind) or scores
+within a thousandth of their magnitude of each other (saturated), and a step after the first in which
+``torch.compile`` compiled again (the "second iteration 5x slower" failure).
 """
 
 from __future__ import annotations
