@@ -265,11 +265,7 @@ def test_held_out_copies_drop_keeps_one_of_each_line_there_and_every_copy_in_sft
     """The generator replays openings, so a line can be generated more than once; v2's evaluation A: rows are 47
     distinct prompts in 64. ``--held_out_copies drop`` keeps one of each line in the held-out splits (the quotas count
     distinct lines) and leaves the SFT split every copy; ``keep`` (the default, how v2 was built) keeps copies."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build_tiny_model", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _script()
     fens = [f"8/8/8/8/8/8/{i}p{6 - i}/K6k w - - 0 1" for i in range(7)]
     lines = []
     for i, fen in enumerate(fens):  # every position: one P: line, and its A: line twice at even i
