@@ -8,12 +8,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs" / "benchmarks.md"
 RESULTS = HERE / "results"
+# The packaged chess model: a result whose runs start from it describes the model of the commit it was measured at.
+PACKAGED_MODEL = "src/rookgrpo/assets/tiny-rookworld/model.safetensors"
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # the scripts share benchmarks/common.py
 
@@ -77,6 +80,22 @@ def main(argv=None) -> int:
     return 0
 
 
+def packaged_model_changed_since(commit: str, repo: Path = HERE.parent) -> str | None:
+    """The commit that last changed the packaged chess model's weights, if it is not an ancestor of ``commit``.
+
+    ``commit`` is a result's stamp (``abc1234`` or ``abc1234+changes``). None when the weights are the same, or when
+    git cannot tell (no repository, an unknown commit).
+    """
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+    last = git("log", "-1", "--format=%h", "--", PACKAGED_MODEL)
+    if last.returncode or not last.stdout.strip():
+        return None
+    ancestor = git("merge-base", "--is-ancestor", last.stdout.strip(), commit.split("+")[0])
+    return last.stdout.strip() if ancestor.returncode == 1 else None
+
+
 def write_report() -> None:
     now = provenance()
     lines = [
@@ -102,6 +121,11 @@ def write_report() -> None:
         if result.get("measured"):
             m = result["measured"]
             lines += [f"Measured at commit `{m['commit']}` on {m['date']} ({m['machine']}).", ""]
+            changed = packaged_model_changed_since(m["commit"]) if "tiny-rookworld" in json.dumps(result) else None
+            if changed:
+                lines += [f"**The packaged chess model has changed since** (commit `{changed}`): every number in this "
+                          f"section describes the model and positions of commit `{m['commit']}`, not the ones "
+                          "packaged now.", ""]
     DOCS.parent.mkdir(exist_ok=True)
     DOCS.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {DOCS}")
