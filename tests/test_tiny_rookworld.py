@@ -39,13 +39,13 @@ def test_train_and_eval_positions_are_disjoint_and_cover_both_tasks():
 def test_the_packaged_model_knows_the_format(engine_settings):
     from rookgrpo.evaluate import evaluate
 
-    # Sampled, as GRPO sees it (greedy decoding of a model this small repeats one move through the M: list, which the
-    # format check refuses). On the first 128 held-out rows (64 P:, 64 A:) at T=0.6 it writes about 44% of its P:
-    # answers fully well-formed with about half its B: moves legal, and gets about 14% of the next states exactly
-    # right: far from solved, and far from nothing, so both tasks' groups have reward spread.
+    # Sampled, as GRPO sees it. On the first 128 held-out rows (64 P:, 64 A:) at T=0.6, v3 writes 95% of its P:
+    # answers fully well-formed (v2, whose greedy lists repeated one move: 44%), with about 62% of its B: moves legal,
+    # and gets 25% of the next states exactly right: far from solved, and far from nothing, so both tasks' groups
+    # have reward spread.
     metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", n=128, settings=engine_settings,
                        progress=False, temperature=0.6, seed=0)
-    assert metrics["format_rate"] > 0.25
+    assert metrics["format_rate"] > 0.8
     assert 0.3 < metrics["legal_move_rate"] < 0.9
     assert 0.03 < metrics["env_exact_accuracy"] < 0.6 and metrics["env_reward"] > metrics["env_exact_accuracy"] * 0.9
     assert metrics["best_move_reward"] < 0.9
