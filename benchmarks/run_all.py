@@ -80,24 +80,34 @@ def main(argv=None) -> int:
     return 0
 
 
-def packaged_model_changed_since(commit: str, repo: Path = HERE.parent) -> str | None:
-    """The commit that last changed the packaged chess model's weights, if it is not an ancestor of ``commit``.
+def _git(repo: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
+
+
+def last_model_change(repo: Path = HERE.parent) -> str | None:
+    """The commit that last changed the packaged chess model's weights; None when git cannot tell."""
+    last = _git(repo, "log", "-1", "--format=%h", "--", PACKAGED_MODEL)
+    if last.returncode:
+        return None
+    return last.stdout.strip() or None
+
+
+def packaged_model_changed_since(commit: str, repo: Path = HERE.parent, last: str | None = None) -> str | None:
+    """The commit that last changed the packaged chess model's weights (``last``, looked up when not given), if it is
+    not an ancestor of ``commit``.
 
     ``commit`` is a result's stamp (``abc1234`` or ``abc1234+changes``). None when the weights are the same, or when
     git cannot tell (no repository, an unknown commit).
     """
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-
-    last = git("log", "-1", "--format=%h", "--", PACKAGED_MODEL)
-    if last.returncode or not last.stdout.strip():
+    last = last or last_model_change(repo)
+    if last is None:
         return None
-    ancestor = git("merge-base", "--is-ancestor", last.stdout.strip(), commit.split("+")[0])
-    return last.stdout.strip() if ancestor.returncode == 1 else None
+    return last if _git(repo, "merge-base", "--is-ancestor", last, commit.split("+")[0]).returncode == 1 else None
 
 
 def write_report() -> None:
     now = provenance()
+    model_changed = last_model_change()
     lines = [
         "# Benchmarks",
         "",
@@ -121,7 +131,8 @@ def write_report() -> None:
         if result.get("measured"):
             m = result["measured"]
             lines += [f"Measured at commit `{m['commit']}` on {m['date']} ({m['machine']}).", ""]
-            changed = packaged_model_changed_since(m["commit"]) if "tiny-rookworld" in json.dumps(result) else None
+            changed = (packaged_model_changed_since(m["commit"], last=model_changed)
+                       if model_changed and "tiny-rookworld" in json.dumps(result) else None)
             if changed:
                 lines += [f"**The packaged chess model has changed since** (commit `{changed}`): every number in this "
                           f"section describes the model and positions of commit `{m['commit']}`, not the ones "

@@ -142,6 +142,17 @@ def losses_and_rewards(log_history: list[dict]) -> list[dict]:
     ]
 
 
+def load_script(path: Path | str, name: str | None = None):
+    """Import a script that is not part of the package (``scripts/``, ``benchmarks/``) as a module."""
+    import importlib.util
+
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 

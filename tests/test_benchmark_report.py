@@ -1,16 +1,12 @@
 """docs/benchmarks.md says when a section's numbers describe a packaged chess model that has since been replaced."""
 
-import importlib.util
 import subprocess
 
-from conftest import REPO
+from conftest import REPO, load_script
 
 
 def _run_all():
-    spec = importlib.util.spec_from_file_location("run_all", REPO / "benchmarks" / "run_all.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "benchmarks" / "run_all.py")
 
 
 def test_a_result_measured_before_the_model_changed_is_flagged(tmp_path):

@@ -6,7 +6,7 @@ shipped model rests on every stage being seeded and deterministic, which this ch
 
 import json
 
-from conftest import REPO, run_cli, venv_bin
+from conftest import REPO, load_script, run_cli, venv_bin
 
 SCRIPT = str(REPO / "scripts" / "build_tiny_model.py")
 TOY = ["--n_lines", "40", "--n_games", "8", "--n_eval", "4", "--n_grpo", "6", "--label_depth", "4", "--eval_depth", "4",
@@ -102,12 +102,7 @@ def test_stages_out_of_order_say_which_stage_to_run(tmp_path):
 
 
 def _script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build_tiny_model", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_repeat_unlikelihood_pushes_down_moves_already_listed_in_m(tmp_path):
