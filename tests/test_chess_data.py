@@ -115,6 +115,29 @@ def test_evaluation_metrics_on_reference_and_broken_completions(generated_lines,
     assert perfect["top_move_share"] < 0.5 and perfect["distinct_moves"] > 1
 
 
+
+def test_evaluation_tells_a_copied_board_from_a_broken_one(generated_lines, engine_settings):
+    """chess_env pays both 0 on a legal move; the evaluation counts them apart, so a run that trades one for the
+    other (GRPO on v3 doubled the broken boards) shows it."""
+    rows = [r for r in (rookworld_row(l) for l in generated_lines) if r["task"] == "A"]
+    prompts, truths = [r["prompt"] for r in rows], [r["completion"] for r in rows]
+    moved = [parse_env(p).fen.split()[0] != t.split()[0] for p, t in zip(prompts, truths)]
+    assert 0 < sum(moved) < len(rows)  # legal moves and illegal ones (whose right answer is the board unchanged)
+
+    def evaluate_answers(answers):
+        return score(prompts, answers, ["A"] * len(rows), engine_settings)
+
+    right = evaluate_answers(truths)
+    assert right["env_copied_rate"] == right["env_broken_rate"] == 0.0
+    copied = evaluate_answers([parse_env(p).fen + "+0.001+0+0" for p in prompts])
+    assert copied["per_row"]["env_copied_rate"] == [float(m) for m in moved]
+    assert copied["env_broken_rate"] == 0.0
+    # The first two ranks run together: the squares read in order are the right ones, but it is not a board.
+    broken = evaluate_answers([t.replace("/", "", 1) for t in truths])
+    assert broken["env_broken_rate"] == 1.0 and broken["env_copied_rate"] == 0.0
+    for kind in (copied, broken):
+        assert all(r == 0.0 for r, m in zip(kind["per_row"]["env_reward"], moved) if m)
+
 def test_cli_generate_and_evaluate_end_to_end(tmp_path):
     out = tmp_path / "gen.txt"
     gen = run_cli([venv_bin("rookgrpo"), "data", "generate", "--tasks", "P,A", "--n", "24", "--out", str(out),
