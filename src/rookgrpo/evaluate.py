@@ -4,8 +4,8 @@ Metrics (``P:`` rows): best-move accuracy (B: equals the engine's best), top-5 a
 legal-move rate (B: legal), format rate (all of M:, E:, B: well-formed), mean move-rank and best-move rewards, and
 the share of the most frequent B: move (a policy collapsing onto one generic move shows there first). ``A:`` rows: exact
 next-state accuracy and mean environment reward, and two ways an answer earns 0 that the reward does not tell apart:
-the input board copied although the move changes it, and a board that is not one (not 8 ranks of 8 squares). Each metric comes with its standard error over positions, so a
-before/after difference can be told from noise. The same reward code scores training, so the numbers agree.
+the input board copied although the move changes it, and a board that is not one (not 8 ranks of 8 squares). Each
+metric comes with its standard error over positions, so a before/after difference can be told from noise. The same reward code scores training, so the numbers agree.
 """
 
 from __future__ import annotations
