@@ -115,7 +115,6 @@ def test_evaluation_metrics_on_reference_and_broken_completions(generated_lines,
     assert perfect["top_move_share"] < 0.5 and perfect["distinct_moves"] > 1
 
 
-
 def test_evaluation_tells_a_copied_board_from_a_broken_one(generated_lines, engine_settings):
     """chess_env pays both 0 on a legal move; the evaluation counts them apart, so a run that trades one for the
     other (GRPO on v3 doubled the broken boards) shows it."""
@@ -137,6 +136,7 @@ def test_evaluation_tells_a_copied_board_from_a_broken_one(generated_lines, engi
     assert broken["env_broken_rate"] == 1.0 and broken["env_copied_rate"] == 0.0
     for kind in (copied, broken):
         assert all(r == 0.0 for r, m in zip(kind["per_row"]["env_reward"], moved) if m)
+
 
 def test_cli_generate_and_evaluate_end_to_end(tmp_path):
     out = tmp_path / "gen.txt"

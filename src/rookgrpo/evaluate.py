@@ -5,7 +5,8 @@ legal-move rate (B: legal), format rate (all of M:, E:, B: well-formed), mean mo
 the share of the most frequent B: move (a policy collapsing onto one generic move shows there first). ``A:`` rows: exact
 next-state accuracy and mean environment reward, and two ways an answer earns 0 that the reward does not tell apart:
 the input board copied although the move changes it, and a board that is not one (not 8 ranks of 8 squares). Each
-metric comes with its standard error over positions, so a before/after difference can be told from noise. The same reward code scores training, so the numbers agree.
+metric comes with its standard error over positions, so a before/after difference can be told from noise. The same
+reward code scores training, so the numbers agree.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from .chess.engine import EngineSettings, get_pool
-from .chess.formats import board_from_fen, env_step, is_legal, parse_env, parse_env_completion, parse_policy
+from .chess.formats import board_from_fen, is_legal, parse_policy
 from .errors import ConfigError
-from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat, ChessMoveRank
-from .rewards.utils import completion_text
+from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat, ChessMoveRank, env_failure
 
 
 def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 32,
@@ -118,34 +118,6 @@ def prompt_clusters(prompts: Sequence[str]) -> list[int]:
 
 # The per-row entries of an evaluation: what a summary (build_info.json, a benchmark's record) leaves out.
 PER_ROW_KEYS = ("per_row", "per_row_cluster")
-
-
-def env_failure(prompt: str, completion: str) -> str | None:
-    """How a wrong ``A:`` answer is wrong, where ``chess_env`` pays both kinds 0: ``"copied"`` (the input board
-    again, on a move that changes it) or ``"broken"`` (a placement that is not a board: not 8 ranks of 8 squares of
-    known pieces). ``None`` otherwise (right, other errors, or an unreadable prompt).
-
-    >>> p = "A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+e2e4+e2e4+"
-    >>> env_failure(p, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR b KQkq - 0 1+0.001+0+0")
-    'copied'
-    >>> env_failure(p, "rnbqkbnr/ppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0")
-    'broken'
-    >>> env_failure(p, "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0") is None
-    True
-    """
-    import chess
-
-    fields = parse_env(completion_text(prompt))
-    if board_from_fen(fields.fen) is None:
-        return None
-    before = fields.fen.split()[0]
-    expected = env_step(fields.fen, fields.move, fields.history).new_fen.split()[0]
-    got = (parse_env_completion(completion_text(completion).split("\n", 1)[0]).new_fen.split() or [""])[0]
-    try:
-        chess.BaseBoard(got)
-    except ValueError:
-        return "broken"
-    return "copied" if got == before != expected else None
 
 
 def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[str],

@@ -441,6 +441,19 @@ def _squares(placement: str) -> list[str]:
     return (squares + ["?"] * 64)[:64]
 
 
+def is_board(placement: str) -> bool:
+    """Whether ``placement`` (FEN's first field) is a board: 8 ranks of 8 squares of known pieces.
+
+    >>> is_board("8/8/8/8/8/8/8/K6k"), is_board("88/8/8/8/8/8/K6k")
+    (True, False)
+    """
+    try:
+        chess.BaseBoard(placement)
+    except ValueError:
+        return False
+    return True
+
+
 def board_change_credit(before: str, expected: str, predicted: str) -> float:
     """How much of the move's change to the board ``predicted`` makes, from placements (FEN's first field). [0, 1].
 
@@ -461,9 +474,7 @@ def board_change_credit(before: str, expected: str, predicted: str) -> float:
     >>> board_change_credit(start, after, "rnbqkbnr/pppppppp/88/4P3/8/PPPP1PPP/RNBQKBNR")  # seven ranks: no board
     0.0
     """
-    try:
-        chess.BaseBoard(predicted)
-    except ValueError:
+    if not is_board(predicted):
         return 0.0
     b, e, p = _squares(before), _squares(expected), _squares(predicted)
     changed = [i for i in range(64) if b[i] != e[i]]
@@ -512,6 +523,40 @@ def env_credit(fen: str, expected: str, predicted: str) -> float:
     return round(credit + REST_CREDIT * sum(rest) / len(rest), 6)
 
 
+def env_answer(prompt: Any, completion: Any) -> tuple[str, str, str] | None:
+    """``(FEN, ground-truth completion, answer)`` of an ``A:`` row, the answer read up to its first newline; ``None``
+    when the prompt's FEN is unreadable. What :class:`ChessEnv` and the evaluation's error kinds read."""
+    fields = parse_env(completion_text(prompt))
+    if board_from_fen(fields.fen) is None:
+        return None
+    expected = env_step(fields.fen, fields.move, fields.history).completion()
+    return fields.fen, expected, completion_text(completion).split("\n", 1)[0].strip()
+
+
+def env_failure(prompt: Any, completion: Any) -> str | None:
+    """How a wrong ``A:`` answer is wrong, where ``chess_env`` pays both kinds 0: ``"copied"`` (the input board
+    again, on a move that changes it) or ``"broken"`` (a placement that is not a board: not 8 ranks of 8 squares of
+    known pieces). ``None`` otherwise (right, other errors, or an unreadable prompt).
+
+    >>> p = "A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+e2e4+e2e4+"
+    >>> env_failure(p, "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR b KQkq - 0 1+0.001+0+0")
+    'copied'
+    >>> env_failure(p, "rnbqkbnr/ppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0")
+    'broken'
+    >>> env_failure(p, "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0") is None
+    True
+    """
+    row = env_answer(prompt, completion)
+    if row is None:
+        return None
+    fen, expected, answer = row
+    before, after = fen.split()[0], expected.split()[0]
+    got = (parse_env_completion(answer).new_fen.split() or [""])[0]
+    if not is_board(got):
+        return "broken"
+    return "copied" if got == before != after else None
+
+
 def _same_number(a: str, b: str) -> bool:
     try:
         return float(a) == float(b)
@@ -542,17 +587,11 @@ class ChessEnv(ChessReward):
     def __call__(self, prompts, completions, **kwargs):
         out = []
         for prompt, completion in zip(prompts, completions, strict=True):
-            prompt = completion_text(prompt)
-            if task_of(prompt) != "A":
+            if task_of(completion_text(prompt)) != "A":
                 out.append(None)
                 continue
-            fields = parse_env(prompt)
-            if board_from_fen(fields.fen) is None:
-                out.append(0.0)
-                continue
-            expected = env_step(fields.fen, fields.move, fields.history).completion()
-            text = completion_text(completion).split("\n", 1)[0].strip()
-            out.append(env_credit(fields.fen, expected, text))
+            row = env_answer(prompt, completion)
+            out.append(0.0 if row is None else env_credit(*row))
         return out
 
 
