@@ -14,6 +14,7 @@ from rookgrpo.rewards.chess import (
     ChessBestMove,
     ChessCandidates,
     ChessEnv,
+    ChessEnvBoard,
     ChessEvals,
     ChessFormat,
     ChessLegality,
@@ -301,6 +302,48 @@ def test_env_a_board_that_is_not_a_board_earns_nothing(generated_lines):
         assert reward([prompt] * (len(malformed) + 1), [*malformed, truth]) == [0.0] * len(malformed) + [1.0], line
         rows += 1
     assert rows >= 15
+
+
+def test_env_board_penalises_what_is_not_a_board_and_nothing_else(generated_lines):
+    """``chess_env_board`` ranks a broken board below a copy: -1 for a placement that is not a board (a rank a square
+    short, as GRPO wrote on black's second rank, ranks run together, junk), 0 for any board, right or copied, and
+    None on P: rows. Summed with ``chess_env`` (the tiny recipe's weights): broken < copy = 0 < lifted piece < exact."""
+    env, board = ChessEnv(), ChessEnvBoard()
+    rows = 0
+    for line in [l for l in generated_lines if l.startswith("A:")]:
+        prompt, truth = split_env(line)
+        fields = parse_env(line)
+        chess_board = chess.Board(fields.fen)
+        if not is_legal(chess_board, fields.move):
+            continue
+        placement = fields.new_fen.split()[0]
+        ranks = placement.split("/")
+        short = "/".join([*ranks[:1], ranks[1][:-1] if ranks[1] != "8" else "7", *ranks[2:]])  # black's 2nd rank
+        copy = f"{fields.fen}+0.001+0+0"
+        move = chess.Move.from_uci(fields.move)
+        lifted = chess_board.copy()
+        lifted.remove_piece_at(move.from_square)
+        half = f"{lifted.board_fen()} {' '.join(fields.fen.split()[1:])}+0.001+0+0"
+        answers = [truth, copy, half, truth.replace(placement, short, 1), truth.replace("/", "", 1), "junk", ""]
+        penalty = board([prompt] * len(answers), answers)
+        assert penalty == [0.0, 0.0, 0.0, -1.0, -1.0, -1.0, -1.0], line
+        total = [e + 0.5 * b for e, b in zip(env([prompt] * len(answers), answers), penalty)]
+        assert total[3] < total[1] == 0.0 < total[2] < total[0] == 1.0, (line, total)
+        rows += 1
+    assert rows >= 15
+    p_prompt, p_completion = policy_rows(generated_lines, 1)[0]
+    assert board([p_prompt, "A: not a fen+e2e4+e2e4+"], [p_completion, "junk"]) == [None, 0.0]
+
+
+@given(text=st.text(max_size=200), seed=st.integers(0, 10_000))
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_env_board_never_raises_and_is_a_penalty_only(generated_lines, text, seed):
+    rng = random.Random(seed)
+    lines = [l for l in generated_lines if l.startswith("A:")]
+    prompt, truth = split_env(lines[seed % len(lines)])
+    scores = ChessEnvBoard()([prompt, prompt, _mutate(prompt, rng)], [text, _mutate(truth, rng), truth])
+    assert scores[0] in (0.0, -1.0) and scores[1] in (0.0, -1.0), scores
+    assert scores[2] in (0.0, -1.0, None), scores  # a damaged prompt may no longer be an A: row
 
 
 def test_board_change_credit_on_special_moves():

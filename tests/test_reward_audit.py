@@ -3,7 +3,8 @@
 GRPO optimises what the reward pays, so these are the limits every shipped chess recipe promises (docs/rewards.md):
 a random legal move at most 50% of the engine best's weighted P: reward, the engine's 5th-best at most 60%, a constant
 pawn or knight move at most 40%, listing every legal move below the engine's answer, one legal move repeated through
-M: below the same move listed with others, and copying the input FEN at most 10% of an exact A: answer on legal moves.
+M: below the same move listed with others, copying the input FEN at most 10% of an exact A: answer on legal moves,
+and a placement that is not a board nothing (less than a copy where the recipe adds ``chess_env_board``).
 Measured on the packaged held-out positions and on RookWorld's validation file.
 """
 
@@ -56,9 +57,17 @@ def test_degenerate_answers_earn_less_than_the_limits(recipe, data):
     assert env.share("copy FEN") <= 0.10 and env.share("copy FEN, side flipped") <= 0.10
     # Partial credit is still there for answers that get the board right, so groups keep a spread.
     assert 0.5 < env.share("board right, rest copied") < 1.0
-    # A placement that is not a board earns nothing, even where its squares read right (it was paid 0.9).
+    # A placement that is not a board earns nothing, even where its squares read right (it was paid 0.9); where the
+    # recipe adds chess_env_board, it earns less than a copy of the input (GRPO traded copies for broken boards).
+    broken = ("ranks run together", "one rank a square short")
     for rows in (env, by_title["illegal move"]) if "illegal move" in by_title else (env,):
-        assert rows.share("ranks run together") == 0.0
+        assert rows.rows["exact"]["chess_env"] == 1.0
+        for answer in broken:
+            assert rows.rows[answer]["chess_env"] == 0.0, (name, data, answer)
+            if "chess_env_board" in rows.components:
+                assert rows.share(answer) < min(0.0, rows.share("copy FEN")), (name, data, answer)
+            else:
+                assert rows.share(answer) == 0.0, (name, data, answer)
 
 
 def test_constant_evals_earn_nothing_where_evals_are_judged():

@@ -27,7 +27,9 @@ rows whose move is legal and rows whose move is illegal:
   and ``+0.001+0+0``;
 - ``wrong flags``: the exact new FEN with a wrong reward and terminated flag;
 - ``ranks run together``: the exact answer with the placement's first ``/`` left out (seven ranks, not a FEN; read
-  square by square it is the right board).
+  square by square it is the right board);
+- ``one rank a square short``: the exact answer with the last square of black's second rank left out (``8``
+  becomes ``7``): the broken board GRPO on the packaged model wrote most (docs/tiny-model.md).
 """
 
 from __future__ import annotations
@@ -102,7 +104,20 @@ def env_answers(prompt: str) -> dict[str, str]:
         "board right, rest copied": " ".join([new[0], *parts[1:]]) + "+0.001+0+0",
         "wrong flags": truth.new_fen + wrong,
         "ranks run together": truth.completion().replace("/", "", 1),
+        "one rank a square short": truth.completion().replace(new[0], _rank_short(new[0], 1), 1),
     }
+
+
+def _rank_short(placement: str, rank: int) -> str:
+    """``placement`` with the last square of its ``rank``-th rank (0 = black's back rank) left out.
+
+    >>> _rank_short("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR", 1), _rank_short("8/8/8/8/8/8/8/K6k", 1)
+    ('rnbqkbnr/ppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR', '8/7/8/8/8/8/8/K6k')
+    """
+    ranks = placement.split("/")
+    last = ranks[rank][-1:]
+    ranks[rank] = ranks[rank][:-1] + (str(int(last) - 1) if last in "2345678" and last else "")
+    return "/".join(ranks)
 
 
 @dataclass

@@ -16,7 +16,8 @@ weight or swap it:
   evals earn 0.
 
 Environment task (``A:`` rows): ``chess_env`` compares the completion with python-chess's ground truth, with partial
-credit gated on making the change the move makes, so copying the input position earns nothing.
+credit gated on making the change the move makes, so copying the input position earns nothing; ``chess_env_board``
+is a penalty only (-1 for an answer whose placement is not a board, else 0) that ranks a broken board below a copy.
 
 ``rookgrpo rewards audit RECIPE`` prints what fixed degenerate answers (constant moves, exhaustive lists, copies)
 earn under a recipe's rewards and weights; ``docs/rewards.md`` has the tables.
@@ -595,6 +596,38 @@ class ChessEnv(ChessReward):
         return out
 
 
+class ChessEnvBoard(ChessReward):
+    """Environment task, a penalty only: -1.0 when the answer's placement is not a board, else 0.0.
+
+    ``chess_env`` pays a broken board (a rank a square short or long, ranks run together, junk) and a copy of the
+    input board both 0 on a legal move, so GRPO's updates, from either task, can trade copies and right answers for
+    broken boards and nothing pulls back (docs/tiny-model.md). Next to ``chess_env`` this ranks a broken board below
+    a copy. It pays nothing a board earns, so no answer gains from it: a copy still earns 0 and the exact answer 1.0
+    in the sum. In a group of copies and broken boards alone, group normalisation makes it the whole signal and the
+    copies the best answers there; ``rookgrpo rewards audit`` shows the sums. A prompt with an unreadable FEN earns
+    0 (no spread to learn from).
+
+    Example:
+        >>> r = ChessEnvBoard()
+        >>> p = "A: 7k/8/6K1/8/8/8/8/1Q6 w - - 0 1+b1b8+b1b8+"
+        >>> r([p] * 4, ["1Q5k/8/6K1/8/8/8/8/8 b - - 1 1+1.0+1+0", "7k/8/6K1/8/8/8/8/1Q6 w - - 0 1+0.001+0+0",
+        ...             "1Q5k/8/6K1/8/8/8/8 b - - 1 1+1.0+1+0", "junk"])
+        [0.0, 0.0, -1.0, -1.0]
+    """
+
+    name = "chess_env_board"
+    needs_engine = False
+
+    def __call__(self, prompts, completions, **kwargs):
+        out = []
+        for prompt, completion in zip(prompts, completions, strict=True):
+            if task_of(completion_text(prompt)) != "A":
+                out.append(None)
+                continue
+            out.append(-1.0 if env_failure(prompt, completion) == "broken" else 0.0)
+        return out
+
+
 chess_format = register_reward("chess_format")(ChessFormat())
 chess_legality = register_reward("chess_legality")(ChessLegality())
 chess_best_move = register_reward("chess_best_move")(ChessBestMove())
@@ -602,6 +635,7 @@ chess_move_rank = register_reward("chess_move_rank")(ChessMoveRank())
 chess_candidates = register_reward("chess_candidates")(ChessCandidates())
 chess_evals = register_reward("chess_evals")(ChessEvals())
 chess_env = register_reward("chess_env")(ChessEnv())
+chess_env_board = register_reward("chess_env_board")(ChessEnvBoard())
 
 POLICY_REWARDS = (
     "chess_format", "chess_legality", "chess_move_rank", "chess_best_move", "chess_candidates", "chess_evals",
