@@ -28,7 +28,8 @@ def test_heldout_metrics_are_logged_at_step_0_and_every_n_steps(tmp_path, genera
     assert [h["step"] for h in entries] == [0, 2, 4]
     for h in entries:
         for key in ("heldout/top5_accuracy", "heldout/legal_move_rate", "heldout/format_rate",
-                    "heldout/env_exact_accuracy", "timing/heldout"):
+                    "heldout/env_exact_accuracy", "heldout/env_copied_rate", "heldout/env_broken_rate",
+                    "timing/heldout"):
             assert key in h and h[key] >= 0, key
     assert "loss" in entries[1]  # in the same entry as that step's training metrics
 

@@ -18,7 +18,7 @@ PANELS = [
     ("reward", ["reward"], "rewards/"),
     ("held-out chess (chess_eval, greedy)", ["heldout/best_move_accuracy", "heldout/top5_accuracy",
                                              "heldout/legal_move_rate", "heldout/env_exact_accuracy",
-                                             "heldout/top_move_share"], None),
+                                             "heldout/top_move_share", "heldout/env_broken_rate"], None),
     ("KL", ["kl"], None),
     ("beta", ["beta"], None),
     ("zero-std group share", ["frac_reward_zero_std", "resample/frac_zero_std_after"], None),

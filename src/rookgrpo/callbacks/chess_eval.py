@@ -8,7 +8,9 @@ own entry at step 0), under ``heldout/``:
 
 - ``P:`` rows: ``best_move_accuracy``, ``top5_accuracy``, ``legal_move_rate``, ``format_rate``, ``top_move_share``
   (the most frequent B: move's share: a policy collapsing onto one move shows there first);
-- ``A:`` rows: ``env_exact_accuracy``.
+- ``A:`` rows: ``env_exact_accuracy``, and the two errors ``chess_env`` pays alike, ``env_copied_rate`` (the input
+  board again) and ``env_broken_rate`` (a placement that is not a board): a run trading copies for broken boards
+  shows there.
 
 Greedy decoding draws no random numbers and the engine clears its hash before every search, so turning the callback
 on does not change the training run, only its time (``timing/heldout``: seconds per evaluation).
@@ -23,7 +25,7 @@ from .base import RookCallback
 from .registry import register_callback
 
 LOGGED = ("best_move_accuracy", "top5_accuracy", "legal_move_rate", "format_rate", "top_move_share",
-          "env_exact_accuracy")
+          "env_exact_accuracy", "env_copied_rate", "env_broken_rate")
 
 
 @register_callback("chess_eval")
