@@ -14,8 +14,9 @@ completions, resampling rounds included. Arms:
 The held-out evaluation is greedy, on the packaged evaluation positions (``rookgrpo/tiny-rookworld-eval``), at the
 evaluation's Stockfish depth. Per arm: mean ± standard error over seeds; per seed, the change against vanilla's run
 with the same seed (paired). The A: groups' zero-std share is measured on the reward calls themselves: a group of
-A: completions is flat when its environment rewards have zero spread (TRL's ``isclose(std, 0)``); "before" counts
-the first generation of each step, "after" the groups the loss optimised (after resampling; vanilla keeps them all).
+A: completions is flat when its weighted A: rewards (``chess_env``, plus ``chess_env_board`` where the recipe has
+it) have zero spread (TRL's ``isclose(std, 0)``); "before" counts the first generation of each step, "after" the
+groups the loss optimised (after resampling; vanilla keeps them all).
 The held-out callback (``chess_eval``) is left out of every arm: it does not change training, only the time.
 
     python benchmarks/bench_tiny_grpo.py [--steps 100] [--seeds 1 2 3 4 5] [--arms vanilla rookgrpo ...]
@@ -63,10 +64,13 @@ class CompletionBudget(TrainerCallback):
 
 
 class FlatGroups:
-    """Wraps the A: reward; counts A: groups with zero reward spread, first generation of a step vs. resampled."""
+    """Wraps the A: reward; counts A: groups with zero reward spread, first generation of a step vs. resampled.
 
-    def __init__(self, reward, num_generations: int):
-        self.reward, self.G = reward, num_generations
+    The spread is that of the weighted sum of the recipe's A: rewards (``chess_env``, and ``chess_env_board`` where
+    the recipe has it: ``others`` as ``(reward, weight)``), which is what TRL normalises."""
+
+    def __init__(self, reward, num_generations: int, weight: float = 1.0, others=()):
+        self.reward, self.G, self.weight, self.others = reward, num_generations, weight, list(others)
         self.__name__ = getattr(reward, "__name__", type(reward).__name__)
         self.trainer, self.step = None, -1
         self.first = [0, 0]  # [flat, all] A: groups in each step's first generation
@@ -78,12 +82,16 @@ class FlatGroups:
 
     def __call__(self, prompts, completions, **kwargs):
         scores = self.reward(prompts, completions, **kwargs)
+        total = [None if s is None else self.weight * s for s in scores]
+        for reward, weight in self.others:
+            total = [t if t is None or o is None else t + weight * o
+                     for t, o in zip(total, reward(prompts, completions, **kwargs))]
         step = self.trainer.state.global_step if self.trainer else 0
         first = step != self.step
         count = self.first if first else self.resampled
         self.step = step
         for start in range(0, len(scores) - self.G + 1, self.G):
-            group = scores[start:start + self.G]
+            group = total[start:start + self.G]
             if any(s is None for s in group):
                 continue
             if first:
@@ -119,7 +127,9 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     G = trainer.num_generations
     budget = steps * trainer.args.per_device_train_batch_size * trainer.args.world_size
     names = list(trainer.reward_func_names)
-    flat = FlatGroups(trainer.reward_funcs[names.index("chess_env")], G)
+    weights = trainer.reward_weights.tolist()
+    flat = FlatGroups(trainer.reward_funcs[names.index("chess_env")], G, weights[names.index("chess_env")],
+                      [(trainer.reward_funcs[i], weights[i]) for i, n in enumerate(names) if n == "chess_env_board"])
     if arm == "vanilla":
         fields = {k: getattr(trainer.args, k) for k, f in GRPOConfig.__dataclass_fields__.items()
                   if f.init and hasattr(trainer.args, k)}
