@@ -586,14 +586,18 @@ class ChessEnv(ChessReward):
     needs_engine = False
 
     def __call__(self, prompts, completions, **kwargs):
-        out = []
-        for prompt, completion in zip(prompts, completions, strict=True):
-            if task_of(completion_text(prompt)) != "A":
-                out.append(None)
-                continue
-            row = env_answer(prompt, completion)
-            out.append(0.0 if row is None else env_credit(*row))
-        return out
+        return _env_rows(prompts, completions, self._credit)
+
+    @staticmethod
+    def _credit(prompt, completion) -> float:
+        row = env_answer(prompt, completion)
+        return 0.0 if row is None else env_credit(*row)
+
+
+def _env_rows(prompts, completions, score) -> list[float | None]:
+    """``score(prompt, completion)`` on ``A:`` rows, ``None`` on the others."""
+    return [score(p, c) if task_of(completion_text(p)) == "A" else None
+            for p, c in zip(prompts, completions, strict=True)]
 
 
 class ChessEnvBoard(ChessReward):
@@ -619,13 +623,7 @@ class ChessEnvBoard(ChessReward):
     needs_engine = False
 
     def __call__(self, prompts, completions, **kwargs):
-        out = []
-        for prompt, completion in zip(prompts, completions, strict=True):
-            if task_of(completion_text(prompt)) != "A":
-                out.append(None)
-                continue
-            out.append(-1.0 if env_failure(prompt, completion) == "broken" else 0.0)
-        return out
+        return _env_rows(prompts, completions, lambda p, c: -1.0 if env_failure(p, c) == "broken" else 0.0)
 
 
 chess_format = register_reward("chess_format")(ChessFormat())
