@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from conftest import SHARED_DATA
 from rookgrpo.chess.engine import EngineSettings, get_pool
 from rookgrpo.chess.formats import env_step, is_legal, parse_env, parse_policy, split_env, split_policy
+from rookgrpo.rewards.audit import _rank_short
 from rookgrpo.rewards.chess import (
     ChessBestMove,
     ChessCandidates,
@@ -317,8 +318,7 @@ def test_env_board_penalises_what_is_not_a_board_and_nothing_else(generated_line
         if not is_legal(chess_board, fields.move):
             continue
         placement = fields.new_fen.split()[0]
-        ranks = placement.split("/")
-        short = "/".join([*ranks[:1], ranks[1][:-1] if ranks[1] != "8" else "7", *ranks[2:]])  # black's 2nd rank
+        short = _rank_short(placement, 1)  # black's 2nd rank a square short
         copy = f"{fields.fen}+0.001+0+0"
         move = chess.Move.from_uci(fields.move)
         lifted = chess_board.copy()

@@ -524,14 +524,30 @@ def env_credit(fen: str, expected: str, predicted: str) -> float:
     return round(credit + REST_CREDIT * sum(rest) / len(rest), 6)
 
 
+def _env_prompt(prompt: Any):
+    """The fields of an ``A:`` prompt, or ``None`` when its FEN is unreadable."""
+    fields = parse_env(completion_text(prompt))
+    return None if board_from_fen(fields.fen) is None else fields
+
+
+def _env_text(completion: Any) -> str:
+    """An ``A:`` completion read up to its first newline."""
+    return completion_text(completion).split("\n", 1)[0].strip()
+
+
+def _placement(answer: str) -> str:
+    """The piece placement (FEN's first field) an ``A:`` answer writes; ``""`` when it writes none."""
+    return (parse_env_completion(answer).new_fen.split() or [""])[0]
+
+
 def env_answer(prompt: Any, completion: Any) -> tuple[str, str, str] | None:
     """``(FEN, ground-truth completion, answer)`` of an ``A:`` row, the answer read up to its first newline; ``None``
     when the prompt's FEN is unreadable. What :class:`ChessEnv` and the evaluation's error kinds read."""
-    fields = parse_env(completion_text(prompt))
-    if board_from_fen(fields.fen) is None:
+    fields = _env_prompt(prompt)
+    if fields is None:
         return None
     expected = env_step(fields.fen, fields.move, fields.history).completion()
-    return fields.fen, expected, completion_text(completion).split("\n", 1)[0].strip()
+    return fields.fen, expected, _env_text(completion)
 
 
 def env_failure(prompt: Any, completion: Any) -> str | None:
@@ -552,7 +568,7 @@ def env_failure(prompt: Any, completion: Any) -> str | None:
         return None
     fen, expected, answer = row
     before, after = fen.split()[0], expected.split()[0]
-    got = (parse_env_completion(answer).new_fen.split() or [""])[0]
+    got = _placement(answer)
     if not is_board(got):
         return "broken"
     return "copied" if got == before != after else None
@@ -623,7 +639,14 @@ class ChessEnvBoard(ChessReward):
     needs_engine = False
 
     def __call__(self, prompts, completions, **kwargs):
-        return _env_rows(prompts, completions, lambda p, c: -1.0 if env_failure(p, c) == "broken" else 0.0)
+        return _env_rows(prompts, completions, self._penalty)
+
+    @staticmethod
+    def _penalty(prompt, completion) -> float:
+        # env_failure's "broken" without the ground truth: whether the answer is a board needs no env_step.
+        if _env_prompt(prompt) is None:
+            return 0.0
+        return 0.0 if is_board(_placement(_env_text(completion))) else -1.0
 
 
 chess_format = register_reward("chess_format")(ChessFormat())
