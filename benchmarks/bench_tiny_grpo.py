@@ -20,11 +20,13 @@ groups the loss optimised (after resampling; vanilla keeps them all).
 The held-out callback (``chess_eval``) is left out of every arm: it does not change training, only the time.
 
     python benchmarks/bench_tiny_grpo.py [--steps 100] [--seeds 1 2 3 4 5] [--arms vanilla rookgrpo ...]
+    python benchmarks/bench_tiny_grpo.py --from_result benchmarks/results/tiny_grpo_quality.json --out ...   (re-table)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -198,6 +200,58 @@ def mean_se(values):
     return mean, (statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan"))
 
 
+# Paired comparisons (arm, against): each arm against vanilla, and the recipe against its ablation, which isolates
+# per-task sampling (the only difference between the two).
+PAIRS = [("rookgrpo", "vanilla"), ("rookgrpo_one_temperature", "vanilla"), ("rookgrpo", "rookgrpo_one_temperature")]
+
+
+def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int], eval_depth: int) -> dict:
+    """The result (title, description, table, paired changes) from the start's evaluation and the arms' runs."""
+    header = "| arm | " + " | ".join(label for _, label in METRICS) + \
+        " | A: groups flat, sampled → optimised | all groups flat, sampled → optimised | steps | completions | minutes |"
+    rows = [header, "|" + " --- |" * (len(METRICS) + 6),
+            "| start (packaged model) | " + " | ".join(f"{base[k]:.3f}" for k, _ in METRICS) + " | | | 0 | 0 | |"]
+    for arm, rs in runs.items():
+        cells = []
+        for k, _ in METRICS:
+            mean, se = mean_se([r["eval"][k] for r in rs])
+            cells.append(f"{mean:.3f} ± {se:.3f}")
+        share = {k: mean_se([r[k] for r in rs])[0] for k in ("a_flat_before", "a_flat_after", "flat_before",
+                                                               "flat_after")}
+        rows.append(f"| {arm} | " + " | ".join(cells) + f" | {share['a_flat_before']:.2f} → {share['a_flat_after']:.2f} | "
+                    f"{share['flat_before']:.2f} → {share['flat_after']:.2f} | "
+                    f"{statistics.mean(r['steps'] for r in rs):.0f} | {statistics.mean(r['generated'] for r in rs):.0f} "
+                    f"| {statistics.mean(r['seconds'] for r in rs) / 60:.1f} |")
+    paired_rows = ["", "Paired by seed, arm minus the arm it is compared with (mean ± standard error over seeds; "
+                   "t = mean / se):", "", "| arm − against | " + " | ".join(label for _, label in METRICS) + " |",
+                   "|" + " --- |" * (len(METRICS) + 1)]
+    paired = {}
+    for arm, against in PAIRS:
+        if arm not in runs or against not in runs:
+            continue
+        cells = []
+        by_seed = {k: {r["seed"]: r["eval"][k] for r in runs[against]} for k, _ in METRICS}
+        for k, _ in METRICS:
+            mean, se = mean_se([r["eval"][k] - by_seed[k][r["seed"]] for r in runs[arm] if r["seed"] in by_seed[k]])
+            # Against vanilla the key is the arm's alone, as results written before the other pairs have it.
+            paired[f"{arm}/{k}" if against == "vanilla" else f"{arm}-{against}/{k}"] = {"mean": mean, "se": se}
+            cells.append(f"{mean:+.3f} ± {se:.3f} (t {mean / se:.1f})" if se and se == se else f"{mean:+.3f}")
+        paired_rows.append(f"| {arm} − {against} | " + " | ".join(cells) + " |")
+    n = base["n_policy"] + base["n_env"]
+    return {
+        "title": f"Held-out chess for the same generation budget (tiny-rookworld, {len(seeds)} seeds per arm)",
+        "description": f"`recipes/rookworld-tiny.yaml`: {steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
+                       "temperature, no resampling) against `RookGRPOTrainer` with the recipe's callbacks, and the "
+                       "recipe without per-task sampling; every arm stops at vanilla's number of generated "
+                       f"completions. Greedy evaluation on the {n} held-out positions ({base['n_policy']} P:, "
+                       f"{base['n_env']} A:), Stockfish depth {eval_depth}; mean ± standard error over seeds.",
+        "table": "\n".join(rows + paired_rows),
+        "command": f"python benchmarks/bench_tiny_grpo.py --steps {steps} --seeds "
+                   f"{' '.join(map(str, seeds))} --arms {' '.join(runs)}",
+        "start": base, "runs": runs, "paired": paired,
+    }
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100, help="vanilla's steps; the others stop at its completions")
@@ -205,7 +259,17 @@ def main(argv=None):
     ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     ap.add_argument("--eval_depth", type=int, default=8)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--from_result", default=None, metavar="JSON",
+                    help="rewrite the table from a result this script wrote (its runs and provenance), training nothing")
     args = ap.parse_args(argv)
+    if args.from_result:
+        saved = json.loads(Path(args.from_result).read_text())
+        command = saved["command"].split()
+        steps = int(command[command.index("--steps") + 1])
+        seeds = [int(s) for s in command[command.index("--seeds") + 1:command.index("--arms")]]
+        result = report(saved["start"], saved["runs"], steps, seeds, int(saved["start"]["engine_depth"]))
+        result["measured"] = saved["measured"]  # the numbers are the saved run's, not this rewrite's
+        return finish(result, args.out)
     if "vanilla" not in args.arms:
         ap.error("--arms: the comparison is against vanilla; include it")
     from rookgrpo.chess.engine import EngineSettings
@@ -223,50 +287,8 @@ def main(argv=None):
                 r.update(seed=seed, eval={k: m[k] for k in m if k not in ("samples", "model", *PER_ROW_KEYS)})
                 runs[arm].append(r)
                 print(f"seed {seed} {arm}: " + ", ".join(f"{k} {m[k]:.3f}" for k, _ in METRICS), flush=True)
-
-    header = "| arm | " + " | ".join(label for _, label in METRICS) + \
-        " | A: groups flat, sampled → optimised | all groups flat, sampled → optimised | steps | completions | minutes |"
-    rows = [header, "|" + " --- |" * (len(METRICS) + 6),
-            "| start (packaged model) | " + " | ".join(f"{base[k]:.3f}" for k, _ in METRICS) + " | | | 0 | 0 | |"]
-    for arm, rs in runs.items():
-        cells = []
-        for k, _ in METRICS:
-            mean, se = mean_se([r["eval"][k] for r in rs])
-            cells.append(f"{mean:.3f} ± {se:.3f}")
-        share = {k: mean_se([r[k] for r in rs])[0] for k in ("a_flat_before", "a_flat_after", "flat_before",
-                                                               "flat_after")}
-        rows.append(f"| {arm} | " + " | ".join(cells) + f" | {share['a_flat_before']:.2f} → {share['a_flat_after']:.2f} | "
-                    f"{share['flat_before']:.2f} → {share['flat_after']:.2f} | "
-                    f"{statistics.mean(r['steps'] for r in rs):.0f} | {statistics.mean(r['generated'] for r in rs):.0f} "
-                    f"| {statistics.mean(r['seconds'] for r in rs) / 60:.1f} |")
-    paired_rows = ["", "Paired by seed, change against vanilla (mean ± standard error over seeds; t = mean / se):", "",
-                   "| arm | " + " | ".join(label for _, label in METRICS) + " |", "|" + " --- |" * (len(METRICS) + 1)]
-    paired = {}
-    for arm, rs in runs.items():
-        if arm == "vanilla":
-            continue
-        cells = []
-        for k, _ in METRICS:
-            by_seed = {r["seed"]: r["eval"][k] for r in runs["vanilla"]}
-            mean, se = mean_se([r["eval"][k] - by_seed[r["seed"]] for r in rs if r["seed"] in by_seed])
-            paired[f"{arm}/{k}"] = {"mean": mean, "se": se}
-            cells.append(f"{mean:+.3f} ± {se:.3f} (t {mean / se:.1f})" if se and se == se else f"{mean:+.3f}")
-        paired_rows.append(f"| {arm} | " + " | ".join(cells) + " |")
-    n = base["n_policy"] + base["n_env"]
-    result = {
-        "title": f"Held-out chess for the same generation budget (tiny-rookworld, {len(args.seeds)} seeds per arm)",
-        "description": f"`recipes/rookworld-tiny.yaml`: {args.steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
-                       "temperature, no resampling) against `RookGRPOTrainer` with the recipe's callbacks, and the "
-                       "recipe without per-task sampling; every arm stops at vanilla's number of generated "
-                       f"completions. Greedy evaluation on the {n} held-out positions ({base['n_policy']} P:, "
-                       f"{base['n_env']} A:), Stockfish depth {args.eval_depth}; mean ± standard error over seeds.",
-        "table": "\n".join(rows + paired_rows),
-        "command": f"python benchmarks/bench_tiny_grpo.py --steps {args.steps} --seeds "
-                   f"{' '.join(map(str, args.seeds))} --arms {' '.join(args.arms)}",
-        "start": {k: v for k, v in base.items() if k not in ("samples", *PER_ROW_KEYS)},
-        "runs": runs, "paired": paired,
-    }
-    return finish(result, args.out)
+    base = {k: v for k, v in base.items() if k not in ("samples", *PER_ROW_KEYS)}
+    return finish(report(base, runs, args.steps, args.seeds, args.eval_depth), args.out)
 
 
 if __name__ == "__main__":

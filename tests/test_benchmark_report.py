@@ -40,3 +40,38 @@ def test_a_result_measured_before_the_model_changed_is_flagged(tmp_path):
     assert run_all.packaged_model_changed_since(v3, tmp_path) is None
     # A stamp git does not know (a result copied from another clone) is not guessed at.
     assert run_all.packaged_model_changed_since("0000000", tmp_path) is None
+
+
+def test_bench_tiny_grpo_retables_a_saved_result_pairing_by_seed(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # the script imports benchmarks/common.py
+    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    keys = [k for k, _ in bench.METRICS]
+
+    def runs(values):  # one run per seed; every metric takes the seed's value
+        return [{"seed": seed, "eval": dict.fromkeys(keys, v), "steps": 10, "generated": 320, "seconds": 60.0,
+                 "a_flat_before": 0.5, "a_flat_after": 0.5, "flat_before": 0.1, "flat_after": 0.1}
+                for seed, v in values.items()]
+
+    # Listed in another seed order than vanilla's: the pairs must follow the seeds, not the list positions.
+    arms = {"vanilla": runs({1: 0.10, 2: 0.20, 3: 0.30}), "rookgrpo": runs({3: 0.34, 1: 0.12, 2: 0.23}),
+            "rookgrpo_one_temperature": runs({1: 0.10, 2: 0.21, 3: 0.29})}
+    start = {"n_policy": 3, "n_env": 1, "engine_depth": 8, **dict.fromkeys(keys, 0.0)}
+    measured = {"commit": "abc1234", "date": "2026-01-01", "machine": "m", "python": "3"}
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps({"command": "python benchmarks/bench_tiny_grpo.py --steps 10 --seeds 1 2 3 --arms "
+                                 "vanilla rookgrpo rookgrpo_one_temperature", "start": start, "runs": arms,
+                                 "measured": measured}))
+    out = tmp_path / "out.json"
+    bench.main(["--from_result", str(saved), "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["measured"] == measured  # the saved run's provenance, not the rewrite's
+    assert result["command"] == json.loads(saved.read_text())["command"]
+    paired = result["paired"]
+    # rookgrpo - vanilla per seed: +0.02, +0.03, +0.04; rookgrpo - ablation: +0.02, +0.02, +0.05.
+    assert abs(paired["rookgrpo/top5_accuracy"]["mean"] - 0.03) < 1e-9
+    assert abs(paired["rookgrpo/top5_accuracy"]["se"] - 0.01 / 3 ** 0.5) < 1e-9
+    assert abs(paired["rookgrpo-rookgrpo_one_temperature/top5_accuracy"]["mean"] - 0.03) < 1e-9
+    assert abs(paired["rookgrpo_one_temperature/top5_accuracy"]["mean"] - 0.0) < 1e-9
+    assert "| rookgrpo − rookgrpo_one_temperature | +0.030" in result["table"]
