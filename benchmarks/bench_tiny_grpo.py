@@ -264,6 +264,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.from_result:
         saved = json.loads(Path(args.from_result).read_text())
+        missing = [k for k in ("command", "start", "runs", "measured") if k not in saved]
+        if missing:
+            ap.error(f"--from_result {args.from_result}: no {', '.join(missing)}; pass a result this script wrote "
+                     "with --out (benchmarks/results/tiny_grpo_quality.json)")
         command = saved["command"].split()
         steps = int(command[command.index("--steps") + 1])
         seeds = [int(s) for s in command[command.index("--seeds") + 1:command.index("--arms")]]
