@@ -550,6 +550,16 @@ def env_answer(prompt: Any, completion: Any) -> tuple[str, str, str] | None:
     return fields.fen, expected, _env_text(completion)
 
 
+def env_broken(prompt: Any, completion: Any) -> bool:
+    """Whether an ``A:`` answer's placement is not a board (not 8 ranks of 8 squares of known pieces); ``False`` for
+    an unreadable prompt. Needs no ground truth, so no :func:`~rookgrpo.chess.formats.env_step`.
+
+    >>> env_broken("A: 7k/8/6K1/8/8/8/8/1Q6 w - - 0 1+b1b8+b1b8+", "1Q5k/8/6K1/8/8/8/8 b - - 1 1+1.0+1+0")
+    True
+    """
+    return _env_prompt(prompt) is not None and not is_board(_placement(_env_text(completion)))
+
+
 def env_failure(prompt: Any, completion: Any) -> str | None:
     """How a wrong ``A:`` answer is wrong, where ``chess_env`` pays both kinds 0: ``"copied"`` (the input board
     again, on a move that changes it) or ``"broken"`` (a placement that is not a board: not 8 ranks of 8 squares of
@@ -563,15 +573,13 @@ def env_failure(prompt: Any, completion: Any) -> str | None:
     >>> env_failure(p, "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0") is None
     True
     """
+    if env_broken(prompt, completion):
+        return "broken"
     row = env_answer(prompt, completion)
     if row is None:
         return None
     fen, expected, answer = row
-    before, after = fen.split()[0], expected.split()[0]
-    got = _placement(answer)
-    if not is_board(got):
-        return "broken"
-    return "copied" if got == before != after else None
+    return "copied" if _placement(answer) == fen.split()[0] != expected.split()[0] else None
 
 
 def _same_number(a: str, b: str) -> bool:
@@ -639,14 +647,7 @@ class ChessEnvBoard(ChessReward):
     needs_engine = False
 
     def __call__(self, prompts, completions, **kwargs):
-        return _env_rows(prompts, completions, self._penalty)
-
-    @staticmethod
-    def _penalty(prompt, completion) -> float:
-        # env_failure's "broken" without the ground truth: whether the answer is a board needs no env_step.
-        if _env_prompt(prompt) is None:
-            return 0.0
-        return 0.0 if is_board(_placement(_env_text(completion))) else -1.0
+        return _env_rows(prompts, completions, lambda p, c: -1.0 if env_broken(p, c) else 0.0)
 
 
 chess_format = register_reward("chess_format")(ChessFormat())
