@@ -93,6 +93,8 @@ class RookGRPOTrainer(GRPOTrainer):
         # Hooks on each loss (kl_cap): this loss's copy of the batch with the policy's log-probs from its forward pass.
         self._loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_loss_logps")]
         self._loss_inputs = None  # during a loss with hooks, until its policy pass: the copy they may change
+        # Terms added to each training loss (sft_anchor), each already scaled for gradient accumulation.
+        self._extra_loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "extra_loss")]
 
     # ---- hooks around TRL's generation step -------------------------------------------------------------------
     # With no rookgrpo callback and no task settings these call straight through to TRL (tested: identical runs).
@@ -133,17 +135,20 @@ class RookGRPOTrainer(GRPOTrainer):
             self._task_settings.before_loss(self)
         if self._phases is not None and torch.is_grad_enabled():
             self._phases.start("loss")
-        if not self._loss_hooks:
-            return super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                        num_items_in_batch=num_items_in_batch)
-        # A shallow copy: loss hooks may replace entries for this loss; the buffered batch that later steps and
-        # iterations reuse (steps_per_generation, num_iterations) keeps its own.
-        inputs = self._loss_inputs = dict(inputs)
+        if self._loss_hooks:
+            # A shallow copy: loss hooks may replace entries for this loss; the buffered batch that later steps and
+            # iterations reuse (steps_per_generation, num_iterations) keeps its own.
+            inputs = self._loss_inputs = dict(inputs)
         try:
-            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+            loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
                                         num_items_in_batch=num_items_in_batch)
         finally:
             self._loss_inputs = None
+        for hook in self._extra_loss_hooks:
+            term = hook.extra_loss(self, model)
+            if term is not None:
+                loss = loss + term
+        return loss
 
     def _score_rows(self, rows: list[dict]):
         """Generate and score extra rows with TRL's own code; returns (scored batch, gathered rewards per func)."""

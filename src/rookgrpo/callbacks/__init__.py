@@ -6,8 +6,9 @@ from .chess_eval import ChessEval
 from .diagnostics import Diagnostics
 from .kl_cap import KLCap
 from .selection import PromptSelection
+from .sft_anchor import SFTAnchor
 from .zero_std import ZeroStdResampling
 from .registry import available_callbacks, register_callback, resolve_callback, resolve_callbacks
 
-__all__ = ["AdaptiveBeta", "ChessEval", "Diagnostics", "KLCap", "PromptSelection", "RookCallback", "ZeroStdResampling", "available_callbacks", "register_callback", "resolve_callback",
+__all__ = ["AdaptiveBeta", "ChessEval", "Diagnostics", "KLCap", "PromptSelection", "RookCallback", "SFTAnchor", "ZeroStdResampling", "available_callbacks", "register_callback", "resolve_callback",
            "resolve_callbacks"]

@@ -104,5 +104,5 @@ def _lookup(name: str) -> type[TrainerCallback]:
 
 def _load_builtin_callbacks() -> None:
     """Import the built-in callback modules; each registers itself on import."""
-    for module in ("adaptive_beta", "zero_std", "diagnostics", "selection", "chess_eval"):
+    for module in ("adaptive_beta", "zero_std", "diagnostics", "selection", "chess_eval", "sft_anchor"):
         importlib.import_module(f"rookgrpo.callbacks.{module}")

@@ -1,0 +1,135 @@
+"""``sft_anchor``: a supervised term on reference lines added to every training loss, so GRPO keeps a skill it does
+not pay for.
+
+GRPO's updates move shared weights. On the embedded default, P: (pick a move) updates alone make the model write
+broken boards on the A: task (a rank a square short), which no P: reward sees (docs/tiny-model.md). The anchor is
+InstructGPT's "PPO-ptx" remedy for such regressions: each training loss gets ``coef`` times the mean negative
+log-likelihood per token of a few reference completions (prompt given, the completion and EOS scored, as SFT scores
+them), drawn in a fixed shuffled order from ``data``:
+
+    loss = GRPO loss + coef * NLL(reference completions | prompts)
+
+The anchor term is scaled for gradient accumulation the way TRL scales its own loss, so ``coef`` weighs it per
+optimizer step whatever ``gradient_accumulation_steps``, ``steps_per_generation`` or ``num_iterations`` are. It is
+added only to training losses (never to an evaluation's), and it trains on the reference answers, so a held-out
+gain it brings is SFT's, not the reward's: compare with the anchor alone before crediting GRPO (README).
+
+Logged (per training loss, averaged over the logging window): ``sft_anchor/nll``, the anchor batch's NLL per token,
+about the anchor's own reference lines, not the GRPO batch.
+
+Example recipe entry (A: lines of the packaged training data, 16 per loss)::
+
+    callbacks:
+      - {name: sft_anchor, data: rookgrpo/tiny-rookworld-train, tasks: [A], coef: 0.1, batch_size: 16}
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ConfigError
+from .base import RookCallback
+from .registry import register_callback
+
+
+@register_callback("sft_anchor")
+class SFTAnchor(RookCallback):
+    """Add ``coef`` x the NLL of ``batch_size`` reference completions to each training loss (module docstring).
+
+    Args:
+        data: RookWorld lines (a packaged name, file or hub id) with reference completions.
+        tasks: which tasks' lines anchor (``[A]``: next state only; ``[P, A]``: both).
+        coef: weight of the NLL term against the GRPO loss; > 0.
+        batch_size: reference lines per loss.
+        max_length: lines longer than this many tokens are truncated from the right (default: the model's context).
+    """
+
+    state_key = "sft_anchor"
+
+    def __init__(self, data: str = "rookgrpo/tiny-rookworld-train", tasks: list[str] | tuple[str, ...] = ("A",),
+                 coef: float = 0.1, batch_size: int = 16, max_length: int | None = None):
+        if not float(coef) > 0:
+            raise ConfigError(f"sft_anchor: coef must be > 0, got {coef} (leave the callback out for no anchor).")
+        if int(batch_size) < 1:
+            raise ConfigError(f"sft_anchor: batch_size must be >= 1, got {batch_size}.")
+        self.data, self.tasks, self.coef = data, list(tasks), float(coef)
+        self.batch_size, self.max_length = int(batch_size), max_length
+        self.drawn = 0  # reference lines drawn so far (checkpointed: a resumed run continues the same order)
+
+    def bind(self, trainer) -> None:
+        from ..chess.data import load_rookworld
+
+        super().bind(trainer)
+        rows = load_rookworld(self.data, tasks=self.tasks)
+        if len(rows) == 0:
+            raise ConfigError(f"sft_anchor: {self.data!r} has no {'/'.join(self.tasks)} rows to anchor on.")
+        tok = trainer.processing_class
+        if tok.eos_token_id is None:
+            raise ConfigError("sft_anchor: the tokenizer has no EOS token; the anchor scores the completion's end.")
+        limit = self.max_length or getattr(trainer.model.config, "n_positions", None) or \
+            getattr(trainer.model.config, "max_position_embeddings", None) or 1024
+        prompts = tok(list(rows["prompt"]), add_special_tokens=False)["input_ids"]
+        completions = tok(list(rows["completion"]), add_special_tokens=False)["input_ids"]
+        self.lines = [(p + c + [tok.eos_token_id])[:limit] for p, c in zip(prompts, completions)]
+        self.starts = [min(len(p), limit) for p in prompts]  # scored from here: the completion and EOS
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        self.seed = int(trainer.args.seed)
+        self.prompts = set(rows["prompt"])
+
+    def check_held_out(self, callbacks) -> None:
+        """Refuse anchor lines whose prompts another callback evaluates as held out (``chess_eval``'s rows)."""
+        held_out = {r["prompt"] for cb in callbacks if cb is not self for r in getattr(cb, "rows", ())
+                    if isinstance(r, dict) and "prompt" in r}
+        leaked = len(self.prompts & held_out)
+        if leaked:
+            raise ConfigError(f"sft_anchor: {leaked} of {self.data!r}'s prompts are held-out positions another "
+                              "callback evaluates (chess_eval); anchoring on them would train on the test. Use "
+                              "training lines for the anchor.")
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        # Here, not in bind: every callback is bound by now, whatever order the recipe lists them in.
+        self.check_held_out(self.trainer.callback_handler.callbacks)
+
+    def state_dict(self) -> dict:
+        return {"drawn": self.drawn}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.drawn = int(state.get("drawn", 0))
+
+    def _next_indices(self) -> list[int]:
+        """The next ``batch_size`` lines of a fixed order: one shuffle of all lines per pass, seeded by the pass."""
+        n, out = len(self.lines), []
+        while len(out) < self.batch_size:
+            epoch, pos = divmod(self.drawn, n)
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
+            take = min(self.batch_size - len(out), n - pos)
+            out += order[pos:pos + take].tolist()
+            self.drawn += take
+        return out
+
+    def extra_loss(self, trainer, model) -> torch.Tensor | None:
+        """The anchor term for one training loss, already scaled for gradient accumulation (None outside training)."""
+        if not (model.training and torch.is_grad_enabled()):
+            return None
+        idx = self._next_indices()
+        width = max(len(self.lines[i]) for i in idx)
+        # The unwrapped module: a second forward of a DDP wrapper in one backward would confuse its reducer; the
+        # gradients of both terms still meet in one backward, so DDP reduces them once.
+        model = trainer.accelerator.unwrap_model(model)
+        device = next(model.parameters()).device
+        ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
+        scored = torch.zeros((len(idx), width), dtype=torch.bool)
+        for row, i in enumerate(idx):
+            line = self.lines[i]
+            ids[row, : len(line)] = torch.tensor(line)
+            scored[row, self.starts[i]: len(line)] = True
+        ids, scored = ids.to(device), scored.to(device)
+        attention = (torch.arange(width, device=device)[None, :] < torch.tensor(
+            [len(self.lines[i]) for i in idx], device=device)[:, None]).long()
+        logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1]
+        target, mask = ids[:, 1:], scored[:, 1:]
+        nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
+        nll = (nll * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
+        trainer._metrics["train"]["sft_anchor/nll"].append(float(nll.detach()))
+        return self.coef * nll / trainer.current_gradient_accumulation_steps

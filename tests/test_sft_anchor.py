@@ -1,0 +1,150 @@
+"""sft_anchor: coef x the reference completions' NLL added to each training loss, scaled for gradient accumulation,
+checkpointed, never added to an evaluation loss, and refused on held-out positions."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import tiny_grpo_args
+from rookgrpo import ConfigError, RookGRPOTrainer
+from rookgrpo.callbacks import ChessEval, SFTAnchor
+
+
+def _data(tmp_path, lines):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "lines.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _trainer(tmp_path, generated_lines, anchor=None, **overrides):
+    from rookgrpo.chess.data import load_rookworld
+
+    data = _data(tmp_path, generated_lines)
+    values = dict(max_steps=4, logging_steps=1, stockfish_depth=6)
+    values.update(overrides)
+    args = tiny_grpo_args(tmp_path / "out", **values)
+    trainer = RookGRPOTrainer(model="rookgrpo/tiny-random", reward_funcs=["chess_format"], args=args,
+                              train_dataset=load_rookworld(data, tasks=["P"]),
+                              callbacks=[anchor] if anchor is not None else None)
+    return trainer, data
+
+
+def _reference_nll(model, tok, prompt, completion):
+    """NLL per token of completion + EOS given the prompt, written out by hand."""
+    p = tok(prompt, add_special_tokens=False)["input_ids"]
+    c = tok(completion, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    ids = torch.tensor([p + c])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1]
+    nll = F.cross_entropy(logits, ids[0, 1:], reduction="none")[len(p) - 1:]
+    return nll.sum().item(), len(c)
+
+
+def test_the_term_is_coef_times_the_completion_nll_scaled_for_accumulation(tmp_path, generated_lines):
+    from rookgrpo.chess.data import load_rookworld
+
+    anchor = SFTAnchor(data="placeholder", coef=0.3, batch_size=5)
+    trainer, data = _trainer(tmp_path, generated_lines, disable_dropout=True)
+    anchor.data = data
+    anchor.bind(trainer)
+    model = trainer.model
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    first = anchor.extra_loss(trainer, model)
+    assert anchor.drawn == 5 and first.requires_grad
+    rows = load_rookworld(data, tasks=["A"])
+    replay = SFTAnchor(data=data, coef=0.3, batch_size=5)  # the same order, replayed from the start
+    replay.bind(trainer)
+    idx = replay._next_indices()
+    total, count = 0.0, 0
+    model.eval()  # dropout is off (disable_dropout), so this matches the train-mode forward
+    for i in idx:
+        s, n = _reference_nll(model, trainer.processing_class, rows[i]["prompt"], rows[i]["completion"])
+        total, count = total + s, count + n
+    assert first.item() == pytest.approx(0.3 * total / count, rel=1e-4)
+    # Under gradient accumulation TRL divides its loss by the micro-batches per step; the anchor does too.
+    model.train()
+    trainer.current_gradient_accumulation_steps = 4
+    replay2 = SFTAnchor(data=data, coef=0.3, batch_size=5)
+    replay2.bind(trainer)
+    assert replay2.extra_loss(trainer, model).item() == pytest.approx(first.item() / 4, rel=1e-4)
+
+
+def test_no_term_in_an_evaluation_loss(tmp_path, generated_lines):
+    anchor = SFTAnchor(data="placeholder")
+    trainer, data = _trainer(tmp_path, generated_lines)
+    anchor.data = data
+    anchor.bind(trainer)
+    trainer.model.eval()
+    assert anchor.extra_loss(trainer, trainer.model) is None and anchor.drawn == 0
+    trainer.model.train()
+    with torch.no_grad():
+        assert anchor.extra_loss(trainer, trainer.model) is None
+
+
+@pytest.mark.parametrize("layout", [dict(), dict(gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2)])
+def test_training_adds_one_term_per_micro_batch_and_lowers_the_anchor_nll(tmp_path, generated_lines, layout):
+    from rookgrpo.chess.data import load_rookworld
+
+    data = _data(tmp_path / "d", generated_lines)
+    plain, _ = _trainer(tmp_path / "plain", generated_lines, **layout)
+    plain.train()
+    anchor = SFTAnchor(data=data, coef=5.0, batch_size=8)
+    anchored, _ = _trainer(tmp_path / "anchored", generated_lines, anchor, **layout)
+    anchored.train()
+    micro = anchored.args.gradient_accumulation_steps * anchored.args.max_steps
+    assert anchor.drawn == 8 * micro  # one anchor batch per loss, whatever the layout
+    logged = [h for h in anchored.state.log_history if "sft_anchor/nll" in h]
+    assert len(logged) == anchored.args.max_steps and all(h["sft_anchor/nll"] > 0 for h in logged)
+    assert not any("sft_anchor/nll" in h for h in plain.state.log_history)
+
+    rows = load_rookworld(data, tasks=["A"])
+    def nll(trainer):
+        trainer.model.eval()
+        parts = [_reference_nll(trainer.model, trainer.processing_class, r["prompt"], r["completion"]) for r in rows]
+        return sum(s for s, _ in parts) / sum(n for _, n in parts)
+    assert nll(anchored) < nll(plain)
+
+
+def test_the_order_resumes_from_the_checkpoint(tmp_path, generated_lines):
+    data = _data(tmp_path / "d", generated_lines)
+    anchor = SFTAnchor(data=data, batch_size=4)
+    trainer, _ = _trainer(tmp_path, generated_lines, anchor, save_strategy="steps", save_steps=2)
+    trainer.train()
+    saved = json.loads((tmp_path / "out" / "checkpoint-2" / "rookgrpo_callbacks.json").read_text())["sft_anchor"]
+    assert saved == {"drawn": 8} and anchor.drawn == 16
+
+    resumed = SFTAnchor(data=data, batch_size=4)
+    again, _ = _trainer(tmp_path, generated_lines, resumed, save_strategy="steps", save_steps=2)
+    again.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    assert resumed.drawn == 16
+
+
+@pytest.mark.parametrize("anchor_first", [True, False])
+def test_anchoring_on_the_held_out_positions_is_refused_before_training(tmp_path, generated_lines, anchor_first):
+    data = _data(tmp_path / "d", generated_lines)
+    anchor = SFTAnchor(data=data)
+    evaluator = ChessEval(data=data, n_policy=4, n_env=4, every=2)
+    trainer, _ = _trainer(tmp_path, generated_lines)
+    for cb in ([anchor, evaluator] if anchor_first else [evaluator, anchor]):
+        trainer.add_callback(cb)
+        cb.bind(trainer)
+    with pytest.raises(ConfigError, match="held-out positions"):
+        trainer.train()
+    assert trainer.state.global_step == 0 and anchor.drawn == 0
+
+
+@pytest.mark.parametrize("kwargs, match", [({"coef": 0}, "coef must be > 0"), ({"batch_size": 0}, "batch_size")])
+def test_bad_settings_are_config_errors(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        SFTAnchor(**kwargs)
+
+
+def test_a_file_without_the_tasks_is_a_config_error(tmp_path, generated_lines):
+    trainer, _ = _trainer(tmp_path, generated_lines)
+    only_p = _data(tmp_path / "p", [l for l in generated_lines if l.startswith("P: ")])
+    with pytest.raises(ConfigError, match="no A rows"):
+        SFTAnchor(data=only_p).bind(trainer)
