@@ -5,15 +5,20 @@ positions could be the supervised term's own doing; this trains the packaged mod
 the recipe's optimizer settings (AdamW, TrainingArguments' defaults: betas 0.9/0.999, eps 1e-8, no weight decay,
 gradient norm clipped at 1.0; the recipe's learning rate, warm-up and steps), drawing the same lines in the same order
 as the callback (its own code draws and scores them). Adam rescales the update, so ``coef`` barely matters here: this
-is the anchor at full strength, an upper bound on what it does inside a GRPO run. Then evaluate as usual::
+is the anchor at full strength, an upper bound on what it does inside a GRPO run. ``--shuffle_completions`` gives each
+line another line's completion (a seeded permutation), so the same steps teach nothing true about the board: a
+perturbation control for the control. Then evaluate as usual::
 
     python benchmarks/levers/anchor_only.py --out runs/anchor-only-s42 --seed 42
+    python benchmarks/levers/anchor_only.py --out runs/anchor-shuffled-s42 --seed 42 --shuffle_completions
     rookgrpo evaluate --model runs/anchor-only-s42 --data rookgrpo/tiny-rookworld-eval --depth 8 --baseline <before.json>
 """
 
 from __future__ import annotations
 
 import argparse
+import random
+import tempfile
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -23,6 +28,24 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, get_constant_sched
 
 from rookgrpo.assets import resolve_model
 from rookgrpo.callbacks import SFTAnchor
+
+
+def shuffled_copy(data: str, tasks: list[str], seed: int) -> str:
+    """A temporary file of ``data``'s lines of ``tasks`` with the completions permuted among them (no line keeps its
+    own); returns its path."""
+    from rookgrpo.chess.data import load_rookworld
+
+    rows = load_rookworld(data, tasks=tasks)
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    # One cycle through the shuffled order: line order[k] gets the completion of line order[k + 1], never its own.
+    moved = {order[k]: order[(k + 1) % len(order)] for k in range(len(order))}
+    lines = [rows[i]["prompt"] + rows[moved[i]]["completion"] for i in range(len(rows))]
+    out = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False)
+    out.write("\n".join(lines) + "\n")
+    out.close()
+    print(f"shuffled completions: {len(lines)} lines in {out.name}")
+    return out.name
 
 
 def main(argv=None) -> int:
@@ -37,7 +60,11 @@ def main(argv=None) -> int:
     p.add_argument("--warmup_steps", type=int, default=5)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--out", required=True)
+    p.add_argument("--shuffle_completions", action="store_true",
+                   help="pair each prompt with another line's completion (seeded): a control that teaches no board")
     args = p.parse_args(argv)
+    if args.shuffle_completions:
+        args.data = shuffled_copy(args.data, args.tasks, args.seed)
 
     torch.manual_seed(args.seed)
     path = resolve_model(args.model)
