@@ -8,6 +8,10 @@ moves" would explain the training's gains; if not, the direction matters::
 
     python benchmarks/levers/random_direction.py --run runs/ema-s42 --seed 0 --out runs/random-s42-r0
     rookgrpo evaluate --model runs/random-s42-r0 --data rookgrpo/tiny-rookworld-eval --depth 8 --baseline <before.json>
+
+``--distance`` only prints how far each ``--run`` is from the base model (L2 over all weights), for several runs::
+
+    python benchmarks/levers/random_direction.py --distance --run runs/ema-s42 runs/anchor-only-s42
 """
 
 from __future__ import annotations
@@ -25,13 +29,26 @@ from rookgrpo.assets import resolve_model
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--base", default="rookgrpo/tiny-rookworld")
-    p.add_argument("--run", required=True, help="a trained model directory whose per-tensor change sets the norms")
+    p.add_argument("--run", required=True, nargs="+",
+                   help="a trained model directory whose per-tensor change sets the norms (several with --distance)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
+    p.add_argument("--distance", action="store_true", help="only print each run's L2 distance from the base model")
     args = p.parse_args(argv)
 
-    base_dir, run_dir, out = Path(resolve_model(args.base)), Path(args.run), Path(args.out)
-    base, run = load_file(base_dir / "model.safetensors"), load_file(run_dir / "model.safetensors")
+    base_dir = Path(resolve_model(args.base))
+    base = load_file(base_dir / "model.safetensors")
+    if args.distance:
+        size = sum(float(w.float().norm()) ** 2 for w in base.values()) ** 0.5
+        for run_dir in args.run:
+            run = load_file(Path(run_dir) / "model.safetensors")
+            d = sum(float((run[k].float() - w.float()).norm()) ** 2 for k, w in base.items()) ** 0.5
+            print(f"{run_dir}: L2 distance from {args.base} {d:.3f} ({d / size:.4f} of its norm)")
+        return 0
+    if len(args.run) != 1 or not args.out:
+        raise SystemExit("give one --run and --out (or --distance)")
+    run_dir, out = Path(args.run[0]), Path(args.out)
+    run = load_file(run_dir / "model.safetensors")
     if set(base) != set(run):
         raise SystemExit(f"--run {run_dir}: its tensors are not the base model's ({len(run)} against {len(base)})")
     gen = torch.Generator().manual_seed(args.seed)
