@@ -148,3 +148,21 @@ def test_a_file_without_the_tasks_is_a_config_error(tmp_path, generated_lines):
     only_p = _data(tmp_path / "p", [l for l in generated_lines if l.startswith("P: ")])
     with pytest.raises(ConfigError, match="no A rows"):
         SFTAnchor(data=only_p).bind(trainer)
+
+
+@pytest.mark.slow
+def test_two_cpu_ranks_train_with_the_anchor(tmp_path):
+    """Two gloo ranks train with the anchor: its extra forward and the GRPO loss go through one DDP backward, and
+    every loss logs the anchor's NLL."""
+    from conftest import read_json, run_cli, venv_bin, write_recipe
+
+    recipe = write_recipe(tmp_path / "r.yaml", max_steps=2, callbacks=[
+        {"name": "sft_anchor", "data": "rookgrpo/tiny-rookworld-train", "coef": 1.0, "batch_size": 4}])
+    proc = run_cli([venv_bin("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "-m", "rookgrpo",
+                    str(recipe), "--use_cpu", "true"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    info = read_json(tmp_path / "out" / "run_info.json")
+    assert info["world_size"] == 2 and info["global_step"] == 2
+    state = read_json(tmp_path / "out" / "trainer_state.json")
+    logged = [h["sft_anchor/nll"] for h in state["log_history"] if "sft_anchor/nll" in h]
+    assert len(logged) == 2 and all(v > 0 for v in logged)

@@ -114,8 +114,8 @@ class SFTAnchor(RookCallback):
             return None
         idx = self._next_indices()
         width = max(len(self.lines[i]) for i in idx)
-        # The unwrapped module: a second forward of a DDP wrapper in one backward would confuse its reducer; the
-        # gradients of both terms still meet in one backward, so DDP reduces them once.
+        # The unwrapped module, so a wrapper's forward bookkeeping (DDP, DeepSpeed) sees one forward per loss; the two
+        # terms' gradients meet in one backward, which the wrapper reduces once (two gloo ranks: tested).
         model = trainer.accelerator.unwrap_model(model)
         device = next(model.parameters()).device
         ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
