@@ -109,6 +109,16 @@ def test_training_adds_one_term_per_micro_batch_and_lowers_the_anchor_nll(tmp_pa
     assert nll(anchored) < nll(plain)
 
 
+def test_an_anchor_added_after_the_trainer_was_built_counts(tmp_path, generated_lines):
+    data = _data(tmp_path / "d", generated_lines)
+    trainer, _ = _trainer(tmp_path, generated_lines, max_steps=2)
+    anchor = SFTAnchor(data=data, batch_size=4)
+    trainer.add_callback(anchor)
+    anchor.bind(trainer)
+    trainer.train()
+    assert anchor.drawn == 8 and sum("sft_anchor/nll" in h for h in trainer.state.log_history) == 2
+
+
 def test_the_order_resumes_from_the_checkpoint(tmp_path, generated_lines):
     data = _data(tmp_path / "d", generated_lines)
     anchor = SFTAnchor(data=data, batch_size=4)

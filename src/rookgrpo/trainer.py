@@ -93,8 +93,6 @@ class RookGRPOTrainer(GRPOTrainer):
         # Hooks on each loss (kl_cap): this loss's copy of the batch with the policy's log-probs from its forward pass.
         self._loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_loss_logps")]
         self._loss_inputs = None  # during a loss with hooks, until its policy pass: the copy they may change
-        # Terms added to each training loss (sft_anchor), each already scaled for gradient accumulation.
-        self._extra_loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "extra_loss")]
 
     # ---- hooks around TRL's generation step -------------------------------------------------------------------
     # With no rookgrpo callback and no task settings these call straight through to TRL (tested: identical runs).
@@ -144,7 +142,9 @@ class RookGRPOTrainer(GRPOTrainer):
                                         num_items_in_batch=num_items_in_batch)
         finally:
             self._loss_inputs = None
-        for hook in self._extra_loss_hooks:
+        # Terms added to each training loss (sft_anchor), each already scaled for gradient accumulation; looked up per
+        # loss, so a callback added and bound after the trainer was built counts too.
+        for hook in [cb for cb in self._rook_callbacks() if hasattr(cb, "extra_loss")]:
             term = hook.extra_loss(self, model)
             if term is not None:
                 loss = loss + term
