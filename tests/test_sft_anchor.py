@@ -19,16 +19,18 @@ def _data(tmp_path, lines):
     return str(path)
 
 
-def _trainer(tmp_path, generated_lines, anchor=None, **overrides):
+def _trainer(tmp_path, generated_lines, anchor=None, peft_config=None, **overrides):
     from rookgrpo.chess.data import load_rookworld
 
     data = _data(tmp_path, generated_lines)
     values = dict(max_steps=4, logging_steps=1, stockfish_depth=6)
     values.update(overrides)
     args = tiny_grpo_args(tmp_path / "out", **values)
+    train = load_rookworld(data, tasks=["P"])
     trainer = RookGRPOTrainer(model="rookgrpo/tiny-random", reward_funcs=["chess_format"], args=args,
-                              train_dataset=load_rookworld(data, tasks=["P"]),
-                              callbacks=[anchor] if anchor is not None else None)
+                              train_dataset=train,
+                              eval_dataset=train.select(range(8)) if values.get("eval_strategy", "no") != "no" else None,
+                              callbacks=[anchor] if anchor is not None else None, peft_config=peft_config)
     return trainer, data
 
 
@@ -117,6 +119,25 @@ def test_an_anchor_added_after_the_trainer_was_built_counts(tmp_path, generated_
     anchor.bind(trainer)
     trainer.train()
     assert anchor.drawn == 8 and sum("sft_anchor/nll" in h for h in trainer.state.log_history) == 2
+
+
+def test_a_lora_wrapped_policy_with_evaluation_between_buffered_steps(tmp_path, generated_lines):
+    """A PEFT policy, a generation batch optimised over two steps and an evaluation after every step: one anchor batch
+    per training loss, none for the evaluation losses, and the adapter is what the anchor trains."""
+    from peft import LoraConfig
+
+    data = _data(tmp_path / "d", generated_lines)
+    anchor = SFTAnchor(data=data, coef=5.0, batch_size=4)
+    trainer, _ = _trainer(tmp_path, generated_lines, anchor,
+                          peft_config=LoraConfig(r=4, target_modules=["c_attn"], task_type="CAUSAL_LM"),
+                          steps_per_generation=2, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8)
+    adapter = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert len(evals) == 4 and not any(k.startswith("eval_sft_anchor") for h in evals for k in h)
+    assert anchor.drawn == 4 * 4  # four training losses, not the four evaluation losses too
+    assert sum("sft_anchor/nll" in h for h in trainer.state.log_history) == 4
+    assert any(not torch.equal(p, adapter[n]) for n, p in trainer.model.named_parameters() if n in adapter)
 
 
 def test_the_order_resumes_from_the_checkpoint(tmp_path, generated_lines):
