@@ -26,6 +26,13 @@ from safetensors.torch import load_file, save_file
 from rookgrpo.assets import resolve_model
 
 
+def delta_norms(base: dict, run: dict, run_dir) -> dict[str, torch.Tensor]:
+    """Each tensor's L2 change from ``base`` to ``run`` (the two must hold the same tensors)."""
+    if set(base) != set(run):
+        raise SystemExit(f"--run {run_dir}: its tensors are not the base model's ({len(run)} against {len(base)})")
+    return {name: (run[name].float() - w.float()).norm() for name, w in base.items()}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--base", default="rookgrpo/tiny-rookworld")
@@ -41,20 +48,18 @@ def main(argv=None) -> int:
     if args.distance:
         size = sum(float(w.float().norm()) ** 2 for w in base.values()) ** 0.5
         for run_dir in args.run:
-            run = load_file(Path(run_dir) / "model.safetensors")
-            d = sum(float((run[k].float() - w.float()).norm()) ** 2 for k, w in base.items()) ** 0.5
+            norms = delta_norms(base, load_file(Path(run_dir) / "model.safetensors"), run_dir)
+            d = sum(float(n) ** 2 for n in norms.values()) ** 0.5
             print(f"{run_dir}: L2 distance from {args.base} {d:.3f} ({d / size:.4f} of its norm)")
         return 0
     if len(args.run) != 1 or not args.out:
         raise SystemExit("give one --run and --out (or --distance)")
     run_dir, out = Path(args.run[0]), Path(args.out)
-    run = load_file(run_dir / "model.safetensors")
-    if set(base) != set(run):
-        raise SystemExit(f"--run {run_dir}: its tensors are not the base model's ({len(run)} against {len(base)})")
+    norms = delta_norms(base, load_file(run_dir / "model.safetensors"), run_dir)
     gen = torch.Generator().manual_seed(args.seed)
     moved, total = {}, 0.0
     for name, w in base.items():
-        norm = (run[name].float() - w.float()).norm()
+        norm = norms[name]
         noise = torch.randn(w.shape, generator=gen)
         moved[name] = (w.float() + noise * (norm / noise.norm().clamp(min=1e-12))).to(w.dtype).contiguous()
         total += float(norm) ** 2
