@@ -119,14 +119,14 @@ class SFTAnchor(RookCallback):
         model = trainer.accelerator.unwrap_model(model)
         device = next(model.parameters()).device
         ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(idx), width), dtype=torch.long)
         scored = torch.zeros((len(idx), width), dtype=torch.bool)
         for row, i in enumerate(idx):
             line = self.lines[i]
             ids[row, : len(line)] = torch.tensor(line)
+            attention[row, : len(line)] = 1
             scored[row, self.starts[i]: len(line)] = True
-        ids, scored = ids.to(device), scored.to(device)
-        attention = (torch.arange(width, device=device)[None, :] < torch.tensor(
-            [len(self.lines[i]) for i in idx], device=device)[:, None]).long()
+        ids, attention, scored = ids.to(device), attention.to(device), scored.to(device)
         logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1]
         target, mask = ids[:, 1:], scored[:, 1:]
         nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
