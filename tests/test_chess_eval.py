@@ -22,7 +22,6 @@ def test_heldout_metrics_are_logged_at_step_0_and_every_n_steps(tmp_path, genera
     trainer, data = _trainer(tmp_path, generated_lines, None)
     evaluator = ChessEval(data=data, n_policy=8, n_env=4, every=2)
     trainer.add_callback(evaluator)
-    evaluator.bind(trainer)
     trainer.train()
     entries = [h for h in trainer.state.log_history if "heldout/best_move_accuracy" in h]
     assert [h["step"] for h in entries] == [0, 2, 4]
@@ -40,7 +39,6 @@ def test_the_evaluation_does_not_change_the_training_run(tmp_path, generated_lin
     watched, data = _trainer(tmp_path / "b", generated_lines, None)
     evaluator = ChessEval(data=data, n_policy=8, n_env=4, every=2)
     watched.add_callback(evaluator)
-    evaluator.bind(watched)
     watched.train()
 
     def numbers(trainer):

@@ -115,8 +115,7 @@ def test_an_anchor_added_after_the_trainer_was_built_counts(tmp_path, generated_
     data = _data(tmp_path / "d", generated_lines)
     trainer, _ = _trainer(tmp_path, generated_lines, max_steps=2)
     anchor = SFTAnchor(data=data, batch_size=4)
-    trainer.add_callback(anchor)
-    anchor.bind(trainer)
+    trainer.add_callback(anchor)  # bound by add_callback
     trainer.train()
     assert anchor.drawn == 8 and sum("sft_anchor/nll" in h for h in trainer.state.log_history) == 2
 
@@ -162,7 +161,6 @@ def test_anchoring_on_the_held_out_positions_is_refused_before_training(tmp_path
     trainer, _ = _trainer(tmp_path, generated_lines)
     for cb in ([anchor, evaluator] if anchor_first else [evaluator, anchor]):
         trainer.add_callback(cb)
-        cb.bind(trainer)
     with pytest.raises(ConfigError, match="held-out positions"):
         trainer.train()
     assert trainer.state.global_step == 0 and anchor.drawn == 0

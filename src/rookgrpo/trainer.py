@@ -83,6 +83,11 @@ class RookGRPOTrainer(GRPOTrainer):
             self._task_settings = TaskSettings(self, self.args.task_generation_kwargs)
         for callback in self._rook_callbacks():
             callback.bind(self)
+        self._register_hooks()
+        self._loss_inputs = None  # during a loss with hooks, until its policy pass: the copy they may change
+
+    def _register_hooks(self) -> None:
+        """Sort the bound callbacks' hooks into the lists the trainer calls; rerun whenever the callbacks change."""
         # Hooks that change the batch (resampling) run before hooks that observe it (diagnostics), whatever order the
         # recipe lists them in: an observer must see the batch that is optimised, and the time spent making it.
         # A hook that judges the batch as generated (prompt selection, learning from the prompts it chose) runs first.
@@ -92,7 +97,48 @@ class RookGRPOTrainer(GRPOTrainer):
         self._log_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_log")]
         # Hooks on each loss (kl_cap): this loss's copy of the batch with the policy's log-probs from its forward pass.
         self._loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_loss_logps")]
-        self._loss_inputs = None  # during a loss with hooks, until its policy pass: the copy they may change
+        # Terms added to each training loss (sft_anchor), each already scaled for gradient accumulation.
+        self._extra_loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "extra_loss")]
+
+    # ---- callbacks added or removed after the trainer was built -------------------------------------------------
+
+    def add_callback(self, callback) -> None:
+        """TRL's ``add_callback``; a rookgrpo callback (class or instance) is bound and its hooks registered, as if it
+        had been passed to the constructor. If its ``bind`` refuses the trainer (``ConfigError``), it is removed again
+        and the error raised, so the trainer is left as it was.
+
+        Example::
+
+            trainer.add_callback(SFTAnchor(data="rookgrpo/tiny-rookworld-train", tasks=["A"]))
+        """
+        if not hasattr(self, "_batch_hooks"):  # transformers and TRL add their own callbacks while building
+            return super().add_callback(callback)
+        before = {id(cb) for cb in self.callback_handler.callbacks}
+        super().add_callback(callback)
+        added = [cb for cb in self._rook_callbacks() if id(cb) not in before]
+        dataset = self.train_dataset
+        try:
+            for cb in added:
+                if getattr(cb, "needs_prompt_ids", False):  # as the constructor does for the callbacks given to it
+                    self.train_dataset = _with_prompt_ids(self.train_dataset)
+                cb.bind(self)
+        except Exception:
+            for cb in added:
+                self.callback_handler.remove_callback(cb)
+            self.train_dataset = dataset
+            raise
+        self._register_hooks()
+
+    def pop_callback(self, callback):
+        """TRL's ``pop_callback``; a removed rookgrpo callback's hooks stop being called."""
+        removed = super().pop_callback(callback)
+        self._register_hooks()
+        return removed
+
+    def remove_callback(self, callback) -> None:
+        """TRL's ``remove_callback``; a removed rookgrpo callback's hooks stop being called."""
+        super().remove_callback(callback)
+        self._register_hooks()
 
     # ---- hooks around TRL's generation step -------------------------------------------------------------------
     # With no rookgrpo callback and no task settings these call straight through to TRL (tested: identical runs).
@@ -142,9 +188,7 @@ class RookGRPOTrainer(GRPOTrainer):
                                         num_items_in_batch=num_items_in_batch)
         finally:
             self._loss_inputs = None
-        # Terms added to each training loss (sft_anchor), each already scaled for gradient accumulation; looked up per
-        # loss, so a callback added and bound after the trainer was built counts too.
-        for hook in [cb for cb in self._rook_callbacks() if hasattr(cb, "extra_loss")]:
+        for hook in self._extra_loss_hooks:
             term = hook.extra_loss(self, model)
             if term is not None:
                 loss = loss + term

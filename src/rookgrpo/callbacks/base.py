@@ -10,13 +10,17 @@ from transformers import TrainerCallback
 class RookCallback(TrainerCallback):
     """A ``TrainerCallback`` that :class:`~rookgrpo.RookGRPOTrainer` binds to itself and checkpoints.
 
-    - ``bind(trainer)`` is called once the trainer is built: validate the config (raise ``ConfigError``) and keep a
-      reference to the trainer for the hooks.
+    - ``bind(trainer)`` is called once the trainer is built, or when the callback is added with
+      ``trainer.add_callback`` later: validate the config (raise ``ConfigError``) and keep a reference to the trainer
+      for the hooks.
     - ``on_scored_batch(trainer, scored)`` (optional) sees each scored generation batch; set ``changes_batch = True``
       when it replaces rows, so it runs before the observers.
     - ``on_loss_logps(trainer, inputs, per_token_logps)`` (optional): after each loss's own policy forward pass,
       with that loss's shallow copy of the batch (entries may be replaced before the loss reads them; the buffered
       batch is not touched) and the policy's per-token log-probs (``kl_cap``).
+    - ``extra_loss(trainer, model)`` (optional): a term added to each training loss, already scaled for gradient
+      accumulation, or ``None`` (``sft_anchor``).
+    - ``before_log(trainer, logs)`` (optional): add values to each log entry before it is written (``diagnostics``).
     - ``state_dict()`` / ``load_state_dict()`` are saved in every checkpoint and restored on
       ``resume_from_checkpoint``, so a controller continues where it stopped.
     """

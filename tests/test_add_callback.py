@@ -1,0 +1,110 @@
+"""Callbacks added with ``trainer.add_callback`` after the trainer was built: bound, and every hook of theirs called,
+as for callbacks passed to the constructor; removed ones stop; one whose ``bind`` refuses is not left half-added."""
+
+import sys
+
+import pytest
+
+from conftest import REPO, tiny_grpo_args
+from rookgrpo import ConfigError, RookGRPOTrainer
+from rookgrpo.callbacks import AdaptiveBeta, RookCallback
+from rookgrpo.callbacks.selection import PROMPT_ID_COLUMN, PromptSelection
+
+sys.path.insert(0, str(REPO / "tests" / "assets"))
+from flat_reward import mostly_flat  # noqa: E402
+
+
+class Recorder(RookCallback):
+    """Counts each trainer hook it is called through."""
+
+    state_key = "recorder"
+
+    def __init__(self):
+        self.calls = {"bind": 0, "on_scored_batch": 0, "before_log": 0, "on_loss_logps": 0, "extra_loss": 0}
+
+    def bind(self, trainer):
+        super().bind(trainer)
+        self.calls["bind"] += 1
+
+    def on_scored_batch(self, trainer, scored):
+        self.calls["on_scored_batch"] += 1
+
+    def before_log(self, trainer, logs):
+        self.calls["before_log"] += 1
+        logs["recorder/seen"] = 1.0
+
+    def on_loss_logps(self, trainer, inputs, per_token_logps):
+        self.calls["on_loss_logps"] += 1
+
+    def extra_loss(self, trainer, model):
+        self.calls["extra_loss"] += 1
+        return None
+
+
+def _trainer(tiny_model_dir, dataset, tmp_path, **overrides):
+    args = tiny_grpo_args(tmp_path, beta=0.05, max_steps=2, **overrides)
+    return RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args, train_dataset=dataset)
+
+
+def test_an_added_callback_is_bound_and_every_hook_is_called(tiny_model_dir, smoke_dataset, tmp_path):
+    trainer = _trainer(tiny_model_dir, smoke_dataset, tmp_path)
+    recorder = Recorder()
+    trainer.add_callback(recorder)
+    assert recorder.trainer is trainer and recorder.calls["bind"] == 1
+    trainer.train()
+    # Two steps, one generation batch and one loss each, logged every step.
+    assert {k: v for k, v in recorder.calls.items() if k != "bind"} == \
+        {"on_scored_batch": 2, "before_log": 3, "on_loss_logps": 2, "extra_loss": 2}
+    assert sum("recorder/seen" in h for h in trainer.state.log_history) == 3  # two steps and the closing summary
+
+
+def test_a_callback_added_as_a_class_is_built_and_bound(tiny_model_dir, smoke_dataset, tmp_path):
+    trainer = _trainer(tiny_model_dir, smoke_dataset, tmp_path)
+    trainer.add_callback(Recorder)
+    (recorder,) = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, Recorder)]
+    trainer.train()
+    assert recorder.calls["bind"] == 1 and recorder.calls["on_scored_batch"] == 2
+
+
+@pytest.mark.parametrize("how", ["remove", "pop"])
+def test_a_removed_callback_is_called_no_more(tiny_model_dir, smoke_dataset, tmp_path, how):
+    recorder = Recorder()
+    args = tiny_grpo_args(tmp_path, max_steps=2)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=smoke_dataset, callbacks=[recorder])
+    if how == "pop":
+        assert trainer.pop_callback(recorder) is recorder
+    else:
+        trainer.remove_callback(recorder)
+    trainer.train()
+    assert {k: v for k, v in recorder.calls.items() if k != "bind"} == \
+        {"on_scored_batch": 0, "before_log": 0, "on_loss_logps": 0, "extra_loss": 0}
+
+
+def test_a_refused_callback_is_not_left_in_the_trainer(tiny_model_dir, smoke_dataset, tmp_path):
+    args = tiny_grpo_args(tmp_path, beta=0.0, max_steps=1)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=smoke_dataset)
+    with pytest.raises(ConfigError, match="beta: 0 with the adaptive_beta callback"):
+        trainer.add_callback(AdaptiveBeta())
+    assert not trainer._rook_callbacks()
+    trainer.train()  # the trainer works as if the call had not been made
+    assert trainer.state.global_step == 1 and trainer.beta == 0.0
+
+
+def test_prompt_selection_added_late_numbers_the_prompts_and_selects(tiny_model_dir, smoke_dataset, tmp_path):
+    """Selection keeps a history per prompt id; the constructor adds the id column for callbacks given to it, and
+    add_callback does the same for one added later, so selection still learns to skip the always-flat prompts."""
+    data = smoke_dataset.map(lambda row, i: {"signal": i % 2 == 0}, with_indices=True)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=mostly_flat,
+                              args=tiny_grpo_args(tmp_path, max_steps=12, per_device_train_batch_size=16),
+                              train_dataset=data)
+    assert PROMPT_ID_COLUMN not in trainer.train_dataset.column_names
+    selection = PromptSelection(rule="greso", p_start=0.05, target_flat=0.0)
+    trainer.add_callback(selection)
+    assert PROMPT_ID_COLUMN in trainer.train_dataset.column_names and trainer._batch_hooks == [selection]
+    trainer.train()
+    flat = [h["select/flat_share"] for h in trainer.state.log_history if "select/flat_share" in h]
+    assert len(flat) == 12 and sum(flat[-4:]) / 4 < 0.25  # once seen, flat prompts are mostly skipped
+    odd = [selection.history.record(i) for i in range(1, 32, 2)]
+    assert sum(r is not None for r in odd) >= 8  # the history is keyed by the ids of the added column
