@@ -15,6 +15,10 @@ RUN_DIR ?= runs/rookworld-tiny
 EVAL_DATA ?= rookgrpo/tiny-rookworld-eval
 EVAL_DEPTH ?= 8
 PYTEST_ARGS ?=
+# Extra `--field value` overrides of the recipe for `make train`'s GRPO run, e.g. TRAIN_ARGS="--seed 43", or
+# TRAIN_ARGS="--bf16 true": torch autocast in bf16 on CPU, 0.75x the step time where the CPU has bf16 units
+# (benchmarks/bench_precision.py); measured and not the default, docs/tiny-model.md says what it changed.
+TRAIN_ARGS ?=
 # torch threads for `make train` (accelerate would set 1): all cores; Stockfish runs between the model's phases
 CPU_THREADS ?= $(shell nproc 2>/dev/null || echo 1)
 # accelerate's own defaults, passed so it does not warn that they were not (rookgrpo.cli.ACCELERATE_DEFAULTS)
@@ -56,7 +60,7 @@ train: setup
 	$(VENV)/bin/rookgrpo evaluate --model rookgrpo/tiny-rookworld --data $(EVAL_DATA) --depth $(EVAL_DEPTH) \
 		--out $(RUN_DIR)/eval_before.json
 	$(VENV)/bin/accelerate launch $(LAUNCH_DEFAULTS) --num_processes 1 --num_cpu_threads_per_process $(CPU_THREADS) \
-		-m rookgrpo $(RECIPE) --output_dir $(RUN_DIR)
+		-m rookgrpo $(RECIPE) --output_dir $(RUN_DIR) $(TRAIN_ARGS)
 	$(VENV)/bin/rookgrpo evaluate --model $(RUN_DIR) --data $(EVAL_DATA) --depth $(EVAL_DEPTH) \
 		--out $(RUN_DIR)/eval_after.json --baseline $(RUN_DIR)/eval_before.json
 	$(VENV)/bin/rookgrpo plot $(RUN_DIR)

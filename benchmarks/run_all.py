@@ -30,6 +30,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("env_conventions", "bench_env_conventions", []),
     ("code_exec", "bench_code_exec", []),
     ("step_time", "bench_step_time", []),
+    ("precision", "bench_precision", []),
     ("resampling_cost", "bench_resampling", []),
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
     ("judge", "bench_judge", ["--seeds", "5"]),
