@@ -58,6 +58,35 @@ def test_an_added_callback_is_bound_and_every_hook_is_called(tiny_model_dir, smo
     assert sum("recorder/seen" in h for h in trainer.state.log_history) == 3  # two steps and the closing summary
 
 
+@pytest.mark.parametrize("layout", [
+    {"steps_per_generation": 2, "num_iterations": 2, "gradient_accumulation_steps": 2, "max_steps": 4},
+    {"lora": True, "steps_per_generation": 2, "eval_strategy": "steps", "eval_steps": 1,
+     "per_device_eval_batch_size": 8},
+], ids=["buffered-batches", "lora-with-evaluation"])
+def test_an_added_callback_is_called_as_one_given_to_the_constructor(tiny_model_dir, smoke_dataset, tmp_path, layout):
+    """Layouts TRL supports beyond the default: batches reused over steps and iterations with accumulation, and a
+    LoRA-wrapped policy with an evaluation (its own generation and loss) after every step."""
+    from peft import LoraConfig
+
+    layout = dict(layout)
+    peft = LoraConfig(r=4, target_modules=["c_attn"], task_type="CAUSAL_LM") if layout.pop("lora", False) else None
+    evaluation = smoke_dataset.select(range(8)) if layout.get("eval_strategy") else None
+
+    def run(name, late):
+        recorder = Recorder()
+        args = tiny_grpo_args(tmp_path / name, beta=0.05, **{"max_steps": 2, **layout})
+        trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                                  train_dataset=smoke_dataset, eval_dataset=evaluation, peft_config=peft,
+                                  callbacks=None if late else [recorder])
+        if late:
+            trainer.add_callback(recorder)
+        trainer.train()
+        return recorder.calls
+
+    given, added = run("given", late=False), run("added", late=True)
+    assert added == given and given["bind"] == 1 and given["on_scored_batch"] >= 2 and given["extra_loss"] >= 4
+
+
 def test_a_callback_added_as_a_class_is_built_and_bound(tiny_model_dir, smoke_dataset, tmp_path):
     trainer = _trainer(tiny_model_dir, smoke_dataset, tmp_path)
     trainer.add_callback(Recorder)
