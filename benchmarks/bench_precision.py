@@ -21,26 +21,12 @@ import argparse
 import statistics
 import sys
 import tempfile
-from pathlib import Path
-
-import yaml
 
 from bench_step_time import ratio_interval  # benchmarks/bench_step_time.py
+from bench_tiny_grpo import arm_recipe  # benchmarks/bench_tiny_grpo.py
 from common import finish  # benchmarks/common.py
 
-REPO = Path(__file__).resolve().parents[1]
-RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
 PHASES = ("timing/generation", "timing/rewards", "timing/reference", "timing/loss")
-
-
-def arm_recipe(tmp: str) -> str:
-    """The shipped recipe without the held-out check (it runs every 20 steps and would land in some blocks only)."""
-    recipe = yaml.safe_load(RECIPE.read_text())
-    recipe["callbacks"] = [c for c in recipe.get("callbacks", [])
-                           if (c if isinstance(c, str) else c.get("name")) != "chess_eval"]
-    path = Path(tmp) / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    return str(path)
 
 
 def build(recipe: str, bf16: bool, steps: int, out: str):
@@ -97,7 +83,8 @@ def main(argv=None):
         ap.error("--steps must be at least 1 and --blocks at least 2")
 
     with tempfile.TemporaryDirectory() as tmp:
-        recipe = arm_recipe(tmp)
+        # The shipped recipe without the held-out check, which runs every 20 steps and would land in some blocks only.
+        recipe = arm_recipe("rookgrpo", tmp)
         trainers = {"fp32": build(recipe, False, args.steps, f"{tmp}/fp32"),
                     "bf16": build(recipe, True, args.steps, f"{tmp}/bf16")}
         times = {name: [] for name in trainers}
