@@ -127,8 +127,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="bf16 autocast, weights stay fp32: on the 2-core reference CPU (AMX) it halves the step time\n"
                         "of the default model; --no-bf16 for a CPU without bf16 units")
     p.add_argument("--max_steps", type=int, default=-1, help="cap SFT steps (timing runs); -1 trains all epochs")
+    p.add_argument("--micro_batches", type=int, default=1,
+                   help="run each SFT batch as this many micro-batches of lines sorted by length, each padded to its\n"
+                        "own longest line, forward and backward one after another: the same loss and gradient as the\n"
+                        "whole batch (float rounding and dropout draws aside), with fewer padded tokens and smaller\n"
+                        "tensors. Batches stay mixed (P: and A: lines in every optimizer step). 1 (the default) is the\n"
+                        "whole batch at once, as v3 was built; `python benchmarks/bench_sft_micro_batches.py` times it")
     args = p.parse_args(argv)
-    for name in ("n_lines", "n_games", "n_eval", "n_layer", "n_head", "n_embd", "batch_size", "workers", "rank_vocab"):
+    for name in ("n_lines", "n_games", "n_eval", "n_layer", "n_head", "n_embd", "batch_size", "workers", "rank_vocab",
+                 "micro_batches"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     for name in ("a_share", "sft_a_share"):
@@ -141,6 +148,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--own_from must be at least 0, got {args.own_from}")
     if args.own_from and not (args.own_target or args.own_unlikelihood):
         p.error(f"--own_from {args.own_from} has nothing to start: give --own_target or --own_unlikelihood")
+    if args.micro_batches > args.batch_size:
+        p.error(f"--micro_batches ({args.micro_batches}) must be at most --batch_size ({args.batch_size})")
     if args.n_embd % args.n_head:
         p.error(f"--n_embd ({args.n_embd}) must be a multiple of --n_head ({args.n_head})")
     return args
@@ -218,10 +227,10 @@ def to_pairs(lines: list[str]):
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
-            "own_unlikelihood", "own_from")
+            "own_unlikelihood", "own_from", "micro_batches")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
-                    "own_unlikelihood": 0.0, "own_from": 0}
+                    "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1}
 
 
 def sft_args(args) -> dict:
@@ -281,7 +290,10 @@ class RepeatUnlikelihood:
                 listed.append(row[t])
         return rows, cols, bans
 
-    def __call__(self, outputs, labels, num_items_in_batch=None):
+    def __call__(self, outputs, labels, num_items_in_batch=None, num_repeats=None):
+        """The loss of one batch, or of one micro-batch of a batch: ``num_items_in_batch`` and ``num_repeats`` (the
+        whole batch's labelled tokens and repeat candidates) then divide this part's sums, so that the parts' losses
+        add up to the whole batch's. ``last_unlikelihood`` is this part's share of the batch's mean term."""
         import torch
         import torch.nn.functional as F
 
@@ -292,12 +304,15 @@ class RepeatUnlikelihood:
         n = num_items_in_batch if num_items_in_batch is not None else (target != -100).sum()
         loss = nll / torch.as_tensor(n, device=nll.device).clamp(min=1)
         rows, cols, bans = self.repeats(labels)
-        if not rows or not self.weight:
+        if not self.weight or not (rows or num_repeats):
             self.last_unlikelihood = float("nan")
+            return loss
+        if not rows:  # a micro-batch without repeats, in a batch with some
+            self.last_unlikelihood = 0.0
             return loss
         # Only the M: positions need the full distribution: a few per line, not every token's.
         p = torch.softmax(logits[rows, cols], dim=-1)[range(len(rows)), bans].clamp(max=1 - 1e-6)
-        unlikelihood = -torch.log1p(-p).mean()
+        unlikelihood = -torch.log1p(-p).sum() / (num_repeats or len(rows))
         self.last_unlikelihood = float(unlikelihood.detach())
         return loss + self.weight * unlikelihood
 
@@ -423,8 +438,9 @@ def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
     return [line for line in lines if line.startswith("P:") or next(kept)]
 
 
-def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
+def sft(args, work: Path, sft_lines: list[str], held_lines: list[str], callbacks=None) -> Path:
     """Fine-tune a fresh GPT-2 (``--tokenizer``) on the SFT lines with TRL's SFTTrainer; return the saved model dir.
+    ``callbacks``: extra ``TrainerCallback``s (the step-time benchmark's timer).
 
     Runs on a GPU when there is one, else CPU; fp32 unless ``--bf16`` (autocast, weights and optimizer stay fp32).
     ``held_lines`` (the GRPO positions, never the evaluation ones) give an eval loss to read over- or under-fitting.
@@ -489,12 +505,13 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     )
     own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood, start=args.own_from) \
         if args.own_target or args.own_unlikelihood else None
-    if args.unlikelihood or own is not None:
+    if args.unlikelihood or own is not None or args.micro_batches > 1:
         trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), own,
                                                     model=str(init), args=config, train_dataset=train,
-                                                    eval_dataset=held)
+                                                    eval_dataset=held, micro_batches=args.micro_batches,
+                                                    callbacks=callbacks)
     else:
-        trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held)
+        trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held, callbacks=callbacks)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - t0
@@ -519,6 +536,34 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     return final
 
 
+def length_sorted_chunks(inputs: dict, k: int) -> list[dict]:
+    """A right-padded batch (``input_ids``, ``attention_mask``, ``labels``, ...) as up to ``k`` batches of its rows
+    sorted by length (shortest first, ties in batch order), each cut to its own longest row.
+
+    Every row of the batch is in exactly one chunk, whole, and no real token is cut; only padding goes.
+
+    >>> import torch
+    >>> batch = {"input_ids": torch.tensor([[5, 6, 7, 0], [8, 0, 0, 0], [9, 9, 9, 9]]),
+    ...          "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])}
+    >>> [c["input_ids"].tolist() for c in length_sorted_chunks(batch, 2)]
+    [[[8, 0, 0], [5, 6, 7]], [[9, 9, 9, 9]]]
+    """
+    import torch
+
+    mask = inputs["attention_mask"]
+    lengths = mask.sum(1)
+    if not bool((mask == (torch.arange(mask.shape[1], device=mask.device) < lengths[:, None])).all()):
+        raise ValueError("length_sorted_chunks: the batch is not right-padded (a row has padding before a token)")
+    order = torch.argsort(lengths, stable=True)
+    chunks = []
+    for idx in torch.tensor_split(order, min(k, len(order))):
+        width = int(lengths[idx].max())
+        chunks.append({key: (v[idx, :width] if torch.is_tensor(v) and v.dim() >= 2 and v.shape[:2] == mask.shape
+                             else v[idx] if torch.is_tensor(v) and v.dim() >= 1 and v.shape[0] == mask.shape[0]
+                             else v) for key, v in inputs.items()})
+    return chunks
+
+
 def _unlikelihood_trainer(base):
     """``base`` (TRL's SFTTrainer) with its loss from a :class:`RepeatUnlikelihood`, in one forward pass, plus, when
     given, :class:`OwnLists` terms on training steps from its ``start`` on (a greedy generation and one more forward).
@@ -529,13 +574,39 @@ def _unlikelihood_trainer(base):
     """
 
     class UnlikelihoodSFTTrainer(base):
-        def __init__(self, loss_fn: RepeatUnlikelihood, own: OwnLists | None, *a, **kw):
+        def __init__(self, loss_fn: RepeatUnlikelihood, own: OwnLists | None, *a, micro_batches: int = 1, **kw):
             super().__init__(*a, **kw)
-            self.loss_fn, self.own = loss_fn, own
+            self.loss_fn, self.own, self.micro_batches = loss_fn, own, micro_batches
+            if micro_batches > 1 and self.args.gradient_accumulation_steps != 1:
+                raise ValueError("micro_batches > 1 runs its own backward passes and needs gradient_accumulation_steps 1")
+
+        def _micro_batch_loss(self, model, inputs, num_items_in_batch):
+            """The batch's loss, run as ``micro_batches`` length-sorted parts: every part but the last is backpropagated
+            here, the last is returned with the others' (detached) values added, so the trainer's backward completes
+            the batch's gradient and its logged loss is the whole batch's."""
+            labels = inputs["labels"]
+            n = num_items_in_batch if num_items_in_batch is not None else (labels[:, 1:] != -100).sum()
+            num_repeats = len(self.loss_fn.repeats(labels)[0]) if self.loss_fn.weight else 0
+            chunks = length_sorted_chunks(inputs, self.micro_batches)
+            done, unlikelihood = 0.0, float("nan")
+            for i, chunk in enumerate(chunks):
+                outputs = model(**{k: v for k, v in chunk.items() if k != "labels"}, use_cache=False)
+                loss = self.loss_fn(outputs, chunk["labels"], num_items_in_batch=n, num_repeats=num_repeats)
+                part = self.loss_fn.last_unlikelihood
+                if part == part:
+                    unlikelihood = part if unlikelihood != unlikelihood else unlikelihood + part
+                if i < len(chunks) - 1:
+                    self.accelerator.backward(loss)
+                    done = done + loss.detach()
+            self.loss_fn.last_unlikelihood = unlikelihood
+            return loss + done
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            outputs = model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False)
-            loss = self.loss_fn(outputs, inputs["labels"], num_items_in_batch=num_items_in_batch)
+            if self.micro_batches > 1 and model.training and not return_outputs:
+                outputs, loss = None, self._micro_batch_loss(model, inputs, num_items_in_batch)
+            else:
+                outputs = model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False)
+                loss = self.loss_fn(outputs, inputs["labels"], num_items_in_batch=num_items_in_batch)
             mode = "train" if model.training else "eval"
             metrics = self._metrics[mode]
             if self.loss_fn.weight and self.loss_fn.last_unlikelihood == self.loss_fn.last_unlikelihood:  # not nan
@@ -688,6 +759,11 @@ def _n_params(model_dir: Path) -> int:
     return sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(model_dir).parameters())
 
 
+def _micro_text(a: dict) -> str:
+    k = a.get("micro_batches", 1)
+    return f" (run as {k} length-sorted micro-batches, the same gradient)" if k > 1 else ""
+
+
 def model_card(build: dict, table: str) -> str:
     a = build["args"]
     data, sft = build["stages"].get("data", {}), build["stages"].get("sft", {})
@@ -715,7 +791,7 @@ not a chess player, and it knows openings only: every position it was taught com
 - SFT{_init_text(a)}: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to
   {a.get('sft_a_share', 1.0):.0%} of the mix ({sft.get('train_lines', '?')} lines), M: moves in
   {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole
-  line{_unlikelihood_text(a)}, {a['epochs']} epochs, lr {a['lr']} cosine, batch {a['batch_size']}, {precision};
+  line{_unlikelihood_text(a)}, {a['epochs']} epochs, lr {a['lr']} cosine, batch {a['batch_size']}{_micro_text(a)}, {precision};
   final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions
   {_fmt(sft.get('final_eval_loss'))} (nats per token).
 - run time: data {_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}

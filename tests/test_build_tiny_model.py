@@ -280,3 +280,59 @@ def test_held_out_copies_drop_keeps_one_of_each_line_there_and_every_copy_in_sft
     for name in ("eval", "grpo"):
         assert len(dropped[name]) == len(set(dropped[name])) > 0, name
     assert all(dropped["sft"].count(line) == lines.count(line) for line in dropped["sft"])
+
+
+def test_micro_batches_give_the_whole_batchs_loss_and_gradient(tmp_path):
+    """--micro_batches 3 runs a batch as three length-sorted parts, each cut to its own longest line: the training
+    step's loss and every parameter's gradient equal the whole batch's (unlikelihood term included), and the parts
+    really are narrower than the batch."""
+    import copy
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    script = _script()
+    path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    for module in model.modules():  # no dropout: the two runs must see the same network
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    lines = (REPO / "src" / "rookgrpo" / "assets" / "tiny-rookworld" / "eval_positions.txt").read_text().splitlines()
+    rows = [x for x in lines if x.startswith("P:")][:4] + [x for x in lines if x.startswith("A:")][:3]
+    data = script.to_pairs(rows)
+
+    def step(micro_batches):
+        config = SFTConfig(output_dir=str(tmp_path / f"out{micro_batches}"), use_cpu=True, report_to="none",
+                           per_device_train_batch_size=len(rows), completion_only_loss=False, max_length=256)
+        trainer = script._unlikelihood_trainer(SFTTrainer)(
+            script.RepeatUnlikelihood(tok, 1.0), None, model=copy.deepcopy(model), args=config, train_dataset=data,
+            processing_class=tok, micro_batches=micro_batches)
+        batch = next(iter(trainer.get_train_dataloader()))
+        n = (batch["labels"][:, 1:] != -100).sum()
+        loss = trainer.training_step(trainer.model, batch, num_items_in_batch=n)
+        grads = {k: p.grad.clone() for k, p in trainer.model.named_parameters() if p.grad is not None}
+        return batch, loss, grads, trainer.loss_fn.last_unlikelihood
+
+    batch, whole, whole_grads, whole_ul = step(1)
+    parts = script.length_sorted_chunks(batch, 3)
+    widths = [c["input_ids"].shape[1] for c in parts]
+    assert len(parts) == 3 and widths == sorted(widths) and widths[0] < batch["input_ids"].shape[1]
+    assert sorted(sum((c["attention_mask"].sum(1).tolist() for c in parts), [])) == \
+        sorted(batch["attention_mask"].sum(1).tolist())
+    _, split, split_grads, split_ul = step(3)
+    assert torch.allclose(split, whole, rtol=1e-5), (split, whole)
+    assert whole_ul > 0 and abs(split_ul - whole_ul) < 1e-5, (split_ul, whole_ul)
+    assert whole_grads.keys() == split_grads.keys() and whole_grads
+    for k in whole_grads:
+        assert torch.allclose(split_grads[k], whole_grads[k], rtol=1e-4, atol=1e-7), k
+
+
+def test_micro_batches_arguments_are_checked(tmp_path):
+    proc = build(tmp_path, "bad", "--micro_batches", "9")
+    assert proc.returncode != 0 and "--micro_batches (9) must be at most --batch_size (8)" in proc.stderr
+    proc = build(tmp_path, "zero", "--micro_batches", "0")
+    assert proc.returncode != 0 and "--micro_batches must be at least 1, got 0" in proc.stderr
