@@ -1,0 +1,166 @@
+"""The tiny model's SFT step with the batch run whole against length-sorted micro-batches (`--micro_batches`).
+
+`scripts/build_tiny_model.py --micro_batches K` runs each batch of 64 lines as K parts of lines sorted by length, each
+padded to its own longest line, forward and backward one after another: the same loss and gradient as the whole
+batch (`tests/test_build_tiny_model.py` checks it), fewer padded tokens (P: lines are about 116 tokens, A: lines about
+157, and a mixed batch pads every line to its longest) and smaller tensors. This measures what that buys per step.
+
+Every arm is the build's own SFT trainer (the packaged model's shape and tokenizer, bf16 autocast, eager attention,
+batch 64, the loss on the whole line) on the same stream of lines, half P: and half A: as the build's SFT mix, drawn
+with replacement from the packaged positions (the SFT lines themselves are not packaged; `--work` reads a build's
+`sft.txt` instead). Each trainer is built once and trained in interleaved blocks (1, 2, 4, 1, 2, 4, ...), the first
+block of each a warm-up. Reported: median step time per arm and its ratio to the whole batch's, with a 95% paired
+bootstrap interval over blocks; `--own` adds the own-list terms to every step, as v3's last 40% of steps had them.
+
+    python benchmarks/bench_sft_micro_batches.py [--steps 8] [--blocks 5] [--arms 1 2 4] [--own] [--out result.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_step_time import ratio_interval  # benchmarks/bench_step_time.py
+from common import finish  # benchmarks/common.py
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_build_script():
+    spec = importlib.util.spec_from_file_location("build_tiny_model", REPO / "scripts" / "build_tiny_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sft_stream(n: int, work: str | None, seed: int = 0) -> list[str]:
+    """``n`` lines, half P: and half A: (the build's SFT mix), drawn with replacement."""
+    from rookgrpo.assets import resolve_model
+
+    if work:
+        lines = (Path(work) / "sft.txt").read_text().splitlines()
+    else:
+        assets = Path(resolve_model("rookgrpo/tiny-rookworld"))
+        lines = [x for f in ("train_positions.txt", "eval_positions.txt") for x in (assets / f).read_text().splitlines()]
+    by_task = {t: [x for x in lines if x.startswith("P:") == (t == "P")] for t in ("P", "A")}
+    rng = random.Random(seed)
+    return [rng.choice(by_task["P" if i % 2 else "A"]) for i in range(n)]
+
+
+class StepTimer:
+    """Wall time of each optimizer step (a ``TrainerCallback``)."""
+
+    def __init__(self):
+        from transformers import TrainerCallback
+
+        timer = self
+
+        class _Callback(TrainerCallback):
+            def on_step_begin(self, args, state, control, **kw):
+                timer.started = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kw):
+                timer.times.append(time.perf_counter() - timer.started)
+
+        self.callback, self.times, self.started = _Callback(), [], 0.0
+
+
+def build(script, micro_batches: int, lines: list[str], steps: int, own: bool, bf16: bool, out: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from rookgrpo.assets import resolve_model
+
+    path = resolve_model("rookgrpo/tiny-rookworld")
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    config = SFTConfig(output_dir=out, use_cpu=not torch.cuda.is_available(), bf16=bf16, tf32=False, seed=0,
+                       max_steps=steps, learning_rate=1e-4, lr_scheduler_type="constant",
+                       per_device_train_batch_size=64, max_length=256, completion_only_loss=False,
+                       save_strategy="no", eval_strategy="no", logging_steps=steps, report_to="none",
+                       disable_tqdm=True, dataloader_num_workers=0)
+    timer = StepTimer()
+    own_terms = script.OwnLists(tok, 0.2, 5.0) if own else None
+    trainer = script._unlikelihood_trainer(SFTTrainer)(
+        script.RepeatUnlikelihood(tok, 0.0), own_terms, model=model, args=config,
+        train_dataset=script.to_pairs(lines), processing_class=tok, micro_batches=micro_batches,
+        callbacks=[timer.callback])
+    return trainer, timer
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=8, help="optimizer steps per block")
+    ap.add_argument("--blocks", type=int, default=5, help="measured blocks per arm (after one warm-up block)")
+    ap.add_argument("--arms", type=int, nargs="+", default=[1, 2, 4], help="--micro_batches values; the first is "
+                    "the one the others are compared with")
+    ap.add_argument("--own", action="store_true", help="the own-list terms on every step (v3's last 40%%)")
+    ap.add_argument("--no-bf16", dest="bf16", action="store_false", help="fp32 instead of the build's bf16 autocast")
+    ap.add_argument("--work", default=None, help="a build's work dir: time on its sft.txt lines")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if args.steps < 1 or args.blocks < 2 or len(args.arms) < 2 or min(args.arms) < 1 or max(args.arms) > 64:
+        ap.error("--steps must be at least 1, --blocks at least 2, and --arms at least two values in [1, 64]")
+
+    script = load_build_script()
+    lines = sft_stream(64 * args.steps, args.work)
+    times = {k: [] for k in args.arms}
+    losses = {k: [] for k in args.arms}  # each block's mean training loss: the arms train the same weights alike
+    with tempfile.TemporaryDirectory() as tmp:
+        trainers = {k: build(script, k, lines, args.steps, args.own, args.bf16, f"{tmp}/{k}") for k in args.arms}
+        for b in range(args.blocks + 1):
+            for k, (trainer, timer) in trainers.items():
+                timer.times.clear()
+                losses[k].append(trainer.train().training_loss)
+                print(f"block {b} micro_batches {k}: median step {statistics.median(timer.times):.2f} s", flush=True)
+                if b > 0:
+                    times[k].append(list(timer.times))
+    base = args.arms[0]
+    median = {k: statistics.median([t for blk in v for t in blk]) for k, v in times.items()}
+    ratios = {k: ratio_interval(times[base], times[k]) for k in args.arms[1:]}
+    # Each arm keeps training its own copy of the model block after block on the same lines; with the build's dropout
+    # (0.1) each arm draws its own masks, so the losses differ by that noise, and a wrong gradient would add a drift.
+    drift = {k: max(abs(a - b) for a, b in zip(losses[k], losses[base])) for k in args.arms}
+    rows = [f"| {k} | {median[k]:.2f} | " + (f"{ratios[k][0]:.3f} [{ratios[k][1]:.3f}, {ratios[k][2]:.3f}]"
+                                              if k in ratios else "1") + f" | {sum(map(len, times[k]))} | "
+            + (f"{drift[k]:.1e}" if k != base else "–") + " |" for k in args.arms]
+    source = f"`{args.work}/sft.txt`" if args.work else "the packaged positions"
+    table = "\n".join([
+        f"| micro-batches per batch of 64 | median step (s) | step time / {base} micro-batch"
+        f"{'es' if base > 1 else ''} | steps measured | largest gap in a block's training loss |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+        f"Lines: half P:, half A:, drawn from {source}; {'bf16 autocast' if args.bf16 else 'fp32'}"
+        f"{', the own-list terms on every step' if args.own else ''}. Ratios of medians, 95% paired bootstrap "
+        "intervals over blocks in brackets. Each arm trains its own copy of the packaged model through all "
+        f"{args.blocks + 1} blocks on the same lines; the last column is the largest difference between its mean "
+        f"training loss in a block and arm {base}'s (nats per token): dropout (0.1, as in the build) draws differ "
+        "between arms, so it is that noise; the gradient's equality is checked without dropout by the tests.",
+    ])
+    command = (f"python benchmarks/bench_sft_micro_batches.py --steps {args.steps} --blocks {args.blocks} --arms "
+               + " ".join(map(str, args.arms)) + (" --own" if args.own else "") + ("" if args.bf16 else " --no-bf16")
+               + (f" --work {args.work}" if args.work else ""))
+    result = {
+        "title": "The tiny model's SFT step: the whole batch against length-sorted micro-batches",
+        "description": (
+            f"The build's SFT trainer (packaged model, batch 64) on the same line stream per arm, {args.steps}-step "
+            "blocks interleaved across arms, first block discarded; wall time per optimizer step."
+        ),
+        "table": table, "command": command, "median_step": median,
+        "ratios": {k: {"ratio": r, "ci95": [lo, hi]} for k, (r, lo, hi) in ratios.items()}, "blocks": times,
+        "block_losses": losses, "loss_drift": drift,
+    }
+    return finish(result, args.out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+    sys.exit(0)
