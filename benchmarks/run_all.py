@@ -31,6 +31,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("code_exec", "bench_code_exec", []),
     ("step_time", "bench_step_time", []),
     ("precision", "bench_precision", []),
+    ("sft_micro_batches", "bench_sft_micro_batches", []),
+    ("sft_micro_batches_own", "bench_sft_micro_batches", ["--arms", "1", "4", "--own"]),
     ("resampling_cost", "bench_resampling", []),
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
     ("judge", "bench_judge", ["--seeds", "5"]),
