@@ -64,7 +64,7 @@ def test_init_from_continues_a_finished_build(tmp_path):
     assert build(tmp_path, "base").returncode == 0
     base = tmp_path / "base" / "work" / "final"
     proc = build(tmp_path, "more", "--init_from", str(base), "--unlikelihood", "1.0", "--own_target", "2.0",
-                 "--own_from", "2", "--lr", "1e-3", "--n_layer", "2")
+                 "--own_from", "2", "--lr", "1e-3", "--n_layer", "2", "--micro_batches", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "more" / "out"
     history = json.loads((tmp_path / "more" / "work" / "final" / "sft_log_history.json").read_text())
@@ -79,6 +79,7 @@ def test_init_from_continues_a_finished_build(tmp_path):
     card = (out / "README.md").read_text()
     assert f"continued from `{base}`" in card and "(1 layers," in card and "2.0 x the line's unlisted M: moves" in card
     assert "(the own-list terms from step 2 on)" in card
+    assert "batch 8 (run as 2 length-sorted micro-batches, the same gradient)" in card
     proc = build(tmp_path, "nothing", "--own_from", "5")
     assert proc.returncode != 0 and "--own_from 5 has nothing to start" in proc.stderr
     proc = build(tmp_path, "missing", "--init_from", str(tmp_path / "nowhere"))
