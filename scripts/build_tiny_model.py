@@ -438,9 +438,8 @@ def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
     return [line for line in lines if line.startswith("P:") or next(kept)]
 
 
-def sft(args, work: Path, sft_lines: list[str], held_lines: list[str], callbacks=None) -> Path:
+def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     """Fine-tune a fresh GPT-2 (``--tokenizer``) on the SFT lines with TRL's SFTTrainer; return the saved model dir.
-    ``callbacks``: extra ``TrainerCallback``s (the step-time benchmark's timer).
 
     Runs on a GPU when there is one, else CPU; fp32 unless ``--bf16`` (autocast, weights and optimizer stay fp32).
     ``held_lines`` (the GRPO positions, never the evaluation ones) give an eval loss to read over- or under-fitting.
@@ -508,10 +507,9 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str], callbacks
     if args.unlikelihood or own is not None or args.micro_batches > 1:
         trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), own,
                                                     model=str(init), args=config, train_dataset=train,
-                                                    eval_dataset=held, micro_batches=args.micro_batches,
-                                                    callbacks=callbacks)
+                                                    eval_dataset=held, micro_batches=args.micro_batches)
     else:
-        trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held, callbacks=callbacks)
+        trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held)
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - t0
@@ -565,7 +563,8 @@ def length_sorted_chunks(inputs: dict, k: int) -> list[dict]:
 
 
 def _unlikelihood_trainer(base):
-    """``base`` (TRL's SFTTrainer) with its loss from a :class:`RepeatUnlikelihood`, in one forward pass, plus, when
+    """``base`` (TRL's SFTTrainer) with its loss from a :class:`RepeatUnlikelihood`, in one forward pass (one per
+    micro-batch with ``micro_batches`` > 1, see :func:`length_sorted_chunks`), plus, when
     given, :class:`OwnLists` terms on training steps from its ``start`` on (a greedy generation and one more forward).
 
     ``SFTTrainer(compute_loss_func=...)`` would do, but it runs a second, gradient-free forward for its entropy and
