@@ -18,7 +18,6 @@ bootstrap interval over blocks; `--own` adds the own-list terms to every step, a
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
 import statistics
 import sys
@@ -30,13 +29,8 @@ from bench_step_time import ratio_interval  # benchmarks/bench_step_time.py
 from common import finish  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def load_build_script():
-    spec = importlib.util.spec_from_file_location("build_tiny_model", REPO / "scripts" / "build_tiny_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(REPO / "scripts"))
+import build_tiny_model  # noqa: E402  (scripts/build_tiny_model.py: the trainer, loss and data helpers it times)
 
 
 def sft_stream(n: int, work: str | None, seed: int = 0) -> list[str]:
@@ -71,7 +65,7 @@ class StepTimer:
         self.callback, self.times, self.started = _Callback(), [], 0.0
 
 
-def build(script, micro_batches: int, lines: list[str], steps: int, own: bool, bf16: bool, out: str):
+def build(micro_batches: int, lines: list[str], steps: int, own: bool, bf16: bool, out: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
@@ -87,10 +81,10 @@ def build(script, micro_batches: int, lines: list[str], steps: int, own: bool, b
                        save_strategy="no", eval_strategy="no", logging_steps=steps, report_to="none",
                        disable_tqdm=True, dataloader_num_workers=0)
     timer = StepTimer()
-    own_terms = script.OwnLists(tok, 0.2, 5.0) if own else None
-    trainer = script._unlikelihood_trainer(SFTTrainer)(
-        script.RepeatUnlikelihood(tok, 0.0), own_terms, model=model, args=config,
-        train_dataset=script.to_pairs(lines), processing_class=tok, micro_batches=micro_batches,
+    own_terms = build_tiny_model.OwnLists(tok, 0.2, 5.0) if own else None
+    trainer = build_tiny_model._unlikelihood_trainer(SFTTrainer)(
+        build_tiny_model.RepeatUnlikelihood(tok, 0.0), own_terms, model=model, args=config,
+        train_dataset=build_tiny_model.to_pairs(lines), processing_class=tok, micro_batches=micro_batches,
         callbacks=[timer.callback])
     return trainer, timer
 
@@ -109,12 +103,11 @@ def main(argv=None):
     if args.steps < 1 or args.blocks < 2 or len(args.arms) < 2 or min(args.arms) < 1 or max(args.arms) > 64:
         ap.error("--steps must be at least 1, --blocks at least 2, and --arms at least two values in [1, 64]")
 
-    script = load_build_script()
     lines = sft_stream(64 * args.steps, args.work)
     times = {k: [] for k in args.arms}
     losses = {k: [] for k in args.arms}  # each block's mean training loss: the arms train the same weights alike
     with tempfile.TemporaryDirectory() as tmp:
-        trainers = {k: build(script, k, lines, args.steps, args.own, args.bf16, f"{tmp}/{k}") for k in args.arms}
+        trainers = {k: build(k, lines, args.steps, args.own, args.bf16, f"{tmp}/{k}") for k in args.arms}
         for b in range(args.blocks + 1):
             for k, (trainer, timer) in trainers.items():
                 timer.times.clear()

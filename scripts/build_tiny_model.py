@@ -587,17 +587,16 @@ def _unlikelihood_trainer(base):
             n = num_items_in_batch if num_items_in_batch is not None else (labels[:, 1:] != -100).sum()
             num_repeats = len(self.loss_fn.repeats(labels)[0]) if self.loss_fn.weight else 0
             chunks = length_sorted_chunks(inputs, self.micro_batches)
-            done, unlikelihood = 0.0, float("nan")
+            done, parts = 0.0, []  # parts: each micro-batch's share of the batch's mean unlikelihood term
             for i, chunk in enumerate(chunks):
                 outputs = model(**{k: v for k, v in chunk.items() if k != "labels"}, use_cache=False)
                 loss = self.loss_fn(outputs, chunk["labels"], num_items_in_batch=n, num_repeats=num_repeats)
-                part = self.loss_fn.last_unlikelihood
-                if part == part:
-                    unlikelihood = part if unlikelihood != unlikelihood else unlikelihood + part
+                if self.loss_fn.last_unlikelihood == self.loss_fn.last_unlikelihood:  # not nan
+                    parts.append(self.loss_fn.last_unlikelihood)
                 if i < len(chunks) - 1:
                     self.accelerator.backward(loss)
                     done = done + loss.detach()
-            self.loss_fn.last_unlikelihood = unlikelihood
+            self.loss_fn.last_unlikelihood = sum(parts) if parts else float("nan")
             return loss + done
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
