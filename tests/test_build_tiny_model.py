@@ -38,6 +38,9 @@ def test_a_rebuild_with_the_same_seed_is_identical(tmp_path):
     assert info[0]["stages"]["sft"]["train_lines"] == 2 * sft_p > 0
     card = (first / "README.md").read_text()
     assert card.startswith("# rookgrpo/tiny-rookworld") and "3 steps" in card and "--stage" not in card
+    # New builds use the fused tanh GELU, and the card says so.
+    assert json.loads((first / "config.json").read_text())["activation_function"] == "gelu_pytorch_tanh"
+    assert "tanh GELU as one fused kernel (`gelu_pytorch_tanh`)" in card
 
 
 def test_board_tokenizer_and_unlikelihood_build(tmp_path):
@@ -64,7 +67,8 @@ def test_init_from_continues_a_finished_build(tmp_path):
     assert build(tmp_path, "base").returncode == 0
     base = tmp_path / "base" / "work" / "final"
     proc = build(tmp_path, "more", "--init_from", str(base), "--unlikelihood", "1.0", "--own_target", "2.0",
-                 "--own_from", "2", "--lr", "1e-3", "--n_layer", "2", "--micro_batches", "2")
+                 "--own_from", "2", "--lr", "1e-3", "--n_layer", "2", "--micro_batches", "2",
+                 "--activation", "gelu_new")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "more" / "out"
     history = json.loads((tmp_path / "more" / "work" / "final" / "sft_log_history.json").read_text())
@@ -80,6 +84,10 @@ def test_init_from_continues_a_finished_build(tmp_path):
     assert f"continued from `{base}`" in card and "(1 layers," in card and "2.0 x the line's unlisted M: moves" in card
     assert "(the own-list terms from step 2 on)" in card
     assert "batch 8 (run as 2 length-sorted micro-batches, the same gradient)" in card
+    # --activation holds for a model it continues from (saved with the fused kernel): trained and saved with gelu_new.
+    assert json.loads((base / "config.json").read_text())["activation_function"] == "gelu_pytorch_tanh"
+    assert json.loads((out / "config.json").read_text())["activation_function"] == "gelu_new"
+    assert "as transformers' `gelu_new` writes it" in card
     proc = build(tmp_path, "nothing", "--own_from", "5")
     assert proc.returncode != 0 and "--own_from 5 has nothing to start" in proc.stderr
     proc = build(tmp_path, "missing", "--init_from", str(tmp_path / "nowhere"))

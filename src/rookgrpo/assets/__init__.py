@@ -21,7 +21,7 @@ def cache_dir() -> Path:
 def _tiny_random() -> Path:
     from ..tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
-    return build_tiny_gpt2(cache_dir() / "models" / "tiny-random-v1", TinyGPT2Spec())
+    return build_tiny_gpt2(cache_dir() / "models" / "tiny-random-v2", TinyGPT2Spec())
 
 
 TINY_ROOKWORLD = ASSETS_DIR / "tiny-rookworld"
