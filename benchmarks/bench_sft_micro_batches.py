@@ -9,10 +9,13 @@ Every arm is the build's own SFT trainer (the packaged model's shape and tokeniz
 batch 64, the loss on the whole line) on the same stream of lines, half P: and half A: as the build's SFT mix, drawn
 with replacement from the packaged positions (the SFT lines themselves are not packaged; `--work` reads a build's
 `sft.txt` instead). Each trainer is built once and trained in interleaved blocks (1, 2, 4, 1, 2, 4, ...), the first
-block of each a warm-up. Reported: median step time per arm and its ratio to the whole batch's, with a 95% paired
+block of each a warm-up. Reported: median step time per arm and its ratio to the first arm's, with a 95% paired
 bootstrap interval over blocks; `--own` adds the own-list terms to every step, as v3's last 40% of steps had them.
+An arm ``K:ACTIVATION`` (e.g. ``4:gelu_new``) runs K micro-batches with the model's GELU set to ACTIVATION
+(`build_tiny_model.py --activation`); a plain ``K`` keeps the packaged config's.
 
     python benchmarks/bench_sft_micro_batches.py [--steps 8] [--blocks 5] [--arms 1 2 4] [--own] [--out result.json]
+    python benchmarks/bench_sft_micro_batches.py --arms 4 4:gelu_new     # the GELU kernel, at the build's setting
 """
 
 from __future__ import annotations
@@ -65,7 +68,13 @@ class StepTimer:
         self.callback, self.times, self.started = _Callback(), [], 0.0
 
 
-def build(micro_batches: int, lines: list[str], steps: int, own: bool, bf16: bool, out: str):
+def parse_arm(arm: str) -> tuple[int, str | None]:
+    """``"4"`` -> (4, None); ``"4:gelu_new"`` -> (4, "gelu_new")."""
+    k, _, activation = arm.partition(":")
+    return int(k), activation or None
+
+
+def build(arm: str, lines: list[str], steps: int, own: bool, bf16: bool, out: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
@@ -74,7 +83,9 @@ def build(micro_batches: int, lines: list[str], steps: int, own: bool, bf16: boo
 
     path = resolve_model("rookgrpo/tiny-rookworld")
     tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager")
+    micro_batches, activation = parse_arm(arm)
+    kwargs = {"activation_function": activation} if activation else {}
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", **kwargs)
     config = SFTConfig(output_dir=out, use_cpu=not torch.cuda.is_available(), bf16=bf16, tf32=False, seed=0,
                        max_steps=steps, learning_rate=1e-4, lr_scheduler_type="constant",
                        per_device_train_batch_size=64, max_length=256, completion_only_loss=False,
@@ -93,15 +104,26 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="optimizer steps per block")
     ap.add_argument("--blocks", type=int, default=5, help="measured blocks per arm (after one warm-up block)")
-    ap.add_argument("--arms", type=int, nargs="+", default=[1, 2, 4], help="--micro_batches values; the first is "
-                    "the one the others are compared with")
+    ap.add_argument("--arms", nargs="+", default=["1", "2", "4"],
+                    help="--micro_batches values, each optionally with :ACTIVATION (e.g. 4:gelu_new); the first is the "
+                         "one the others are compared with")
     ap.add_argument("--own", action="store_true", help="the own-list terms on every step (v3's last 40%%)")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false", help="fp32 instead of the build's bf16 autocast")
     ap.add_argument("--work", default=None, help="a build's work dir: time on its sft.txt lines")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    if args.steps < 1 or args.blocks < 2 or len(args.arms) < 2 or min(args.arms) < 1 or max(args.arms) > 64:
-        ap.error("--steps must be at least 1, --blocks at least 2, and --arms at least two values in [1, 64]")
+    activations = build_tiny_model.ACTIVATION_TEXT
+    try:
+        parsed = [parse_arm(a) for a in args.arms]
+    except ValueError:
+        ap.error(f"--arms: each arm is K or K:ACTIVATION with K an integer, got {args.arms}")
+    if args.steps < 1 or args.blocks < 2 or len(args.arms) < 2 or len(set(args.arms)) != len(args.arms) \
+            or not all(1 <= k <= 64 for k, _ in parsed):
+        ap.error("--steps must be at least 1, --blocks at least 2, and --arms at least two different arms with K in "
+                 "[1, 64]")
+    unknown = [a for (_, a) in parsed if a and a not in activations]
+    if unknown:
+        ap.error(f"--arms: unknown activation {unknown[0]!r}; expected one of {sorted(activations)}")
 
     lines = sft_stream(64 * args.steps, args.work)
     times = {k: [] for k in args.arms}
@@ -126,8 +148,8 @@ def main(argv=None):
             + (f"{drift[k]:.1e}" if k != base else "–") + " |" for k in args.arms]
     source = f"`{args.work}/sft.txt`" if args.work else "the packaged positions"
     table = "\n".join([
-        f"| micro-batches per batch of 64 | median step (s) | step time / {base} micro-batch"
-        f"{'es' if base > 1 else ''} | steps measured | largest gap in a block's training loss |",
+        f"| micro-batches per batch of 64 | median step (s) | step time / arm {base} | steps measured | largest gap in "
+        "a block's training loss |",
         "| --- | --- | --- | --- | --- |",
         *rows,
         "",

@@ -33,6 +33,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("precision", "bench_precision", []),
     ("sft_micro_batches", "bench_sft_micro_batches", []),
     ("sft_micro_batches_own", "bench_sft_micro_batches", ["--arms", "1", "4", "--own"]),
+    ("sft_activation", "bench_sft_micro_batches", ["--arms", "4", "4:gelu_new"]),
     ("resampling_cost", "bench_resampling", []),
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
     ("judge", "bench_judge", ["--seeds", "5"]),
