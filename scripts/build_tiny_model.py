@@ -109,8 +109,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--activation", choices=("gelu_pytorch_tanh", "gelu_new"), default="gelu_pytorch_tanh",
                    help="the MLP's GELU: GPT-2's tanh approximation as one fused kernel (the default), or the same\n"
                         "function from seven tensor ops as transformers' GPT-2 writes it (gelu_new; v3 was trained\n"
-                        "with it, so its command needs it to retrain v3 bit for bit). Outputs agree to 1 ulp; the fused\n"
-                        "kernel ran an SFT step in about 0.87 of the time. Also applies to an --init_from model")
+                        "with it, so its command needs it to retrain v3 bit for bit). Outputs agree to 1 ulp. gelu_new\n"
+                        "took 1.47x the fused kernel's time in make train's fp32 GRPO step (bench_precision.py) but\n"
+                        "1.03 [0.97, 1.10]x in this build's bf16 SFT step with 4 micro-batches (bench_sft_micro_batches.py\n"
+                        "--arms 4 4:gelu_new). Also applies to an --init_from model")
     p.add_argument("--m_order", choices=("random", "rank"), default="random",
                    help="order of the M: moves in the SFT lines: random (as generated, RookWorld's) or engine rank "
                         "(B: first, then by eval; rookgrpo.chess.data.rank_moves). Measured on the shipped build's "

@@ -75,3 +75,28 @@ def test_bench_tiny_grpo_retables_a_saved_result_pairing_by_seed(tmp_path, monke
     assert abs(paired["rookgrpo-rookgrpo_one_temperature/top5_accuracy"]["mean"] - 0.03) < 1e-9
     assert abs(paired["rookgrpo_one_temperature/top5_accuracy"]["mean"] - 0.0) < 1e-9
     assert "| rookgrpo − rookgrpo_one_temperature | +0.030" in result["table"]
+
+
+def test_seed_table_pairs_each_run_by_position_and_gives_the_spread_over_runs(tmp_path):
+    import json
+
+    table = load_script(REPO / "benchmarks" / "seed_table.py")
+    mean, half, _ = table.spread([0.1, 0.3])  # two runs: ± half their difference
+    assert abs(mean - 0.2) < 1e-12 and abs(half - 0.1) < 1e-12
+    mean, se, _ = table.spread([0.0, 0.1, 0.2])
+    assert abs(mean - 0.1) < 1e-12 and abs(se - 0.1 / 3 ** 0.5) < 1e-12
+
+    def evaluation(rows):  # best-move accuracy only, one value per position
+        return {"best_move_accuracy": sum(rows) / len(rows), "best_move_accuracy_se": 0.1, "prompts_sha1": "x",
+                "per_row": {"best_move_accuracy": rows}}
+
+    before = evaluation([0, 0, 0, 0])
+    paths = {}
+    for name, rows in (("a", [1, 1, 0, 0]), ("b", [1, 0, 0, 0])):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(evaluation(rows)))
+    (tmp_path / "before.json").write_text(json.dumps(before))
+    text = table.table(before, {n: json.loads(p.read_text()) for n, p in paths.items()})
+    # Run a: +0.5 with the paired standard error of (1, 1, 0, 0) = 0.289, z 1.7; the mean of +0.5 and +0.25.
+    assert "| best-move accuracy (P:) | 0.000 | +0.500 (1.7) | +0.250 (1.0) | +0.375 ± 0.125 |" in text
+    assert table.main(["--before", str(tmp_path / "before.json"), "--runs", f"a={paths['a']}", f"b={paths['b']}"]) == 0

@@ -125,3 +125,21 @@ def test_build_is_deterministic_and_loads_with_auto_classes(tmp_path):
     assert tok.eos_token_id == ma.config.eos_token_id and tok.pad_token_id != tok.eos_token_id
     out = ma.generate(**tok(["P: 8/8 w "], return_tensors="pt"), max_new_tokens=5, do_sample=False)
     assert out.shape[1] == len("P: 8/8 w ") + 5 or tok.eos_token_id in out[0].tolist()
+
+
+def test_tiny_models_use_the_fused_tanh_gelu_which_computes_gelu_new(tmp_path):
+    """New tiny models and the packaged chess model name GPT-2's tanh GELU as one fused kernel; it is the function
+    transformers' GPT-2 default (gelu_new) computes, so the packaged weights trained under gelu_new mean the same."""
+    import json
+
+    from transformers.activations import ACT2FN
+
+    from rookgrpo.assets import TINY_ROOKWORLD
+
+    path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec())
+    assert AutoModelForCausalLM.from_pretrained(path).config.activation_function == "gelu_pytorch_tanh"
+    assert json.loads((TINY_ROOKWORLD / "config.json").read_text())["activation_function"] == "gelu_pytorch_tanh"
+    x = torch.linspace(-8, 8, 10001)
+    fused, new = ACT2FN["gelu_pytorch_tanh"](x), ACT2FN["gelu_new"](x)
+    assert torch.allclose(fused, new, rtol=1e-6, atol=1e-6) and not torch.allclose(fused, torch.nn.functional.gelu(x),
+                                                                                    rtol=1e-6, atol=1e-6)

@@ -183,8 +183,8 @@ class TinyGPT2Spec:
     tokenizer: str = "char"  # or "move", "board": see TOKENIZERS
     ranks: tuple[str, ...] = ()  # the board tokenizer's FEN rank tokens (frequent_ranks)
     # GPT-2's tanh GELU as one fused kernel. transformers' GPT-2 default ("gelu_new") computes the same function in
-    # Python from seven tensor ops (outputs equal to 1 ulp); on CPU the fused one ran a GRPO step of the packaged chess
-    # model in about 0.85 of the time (benchmarks/bench_precision.py).
+    # Python from seven tensor ops (outputs equal to 1 ulp); on CPU, make train's fp32 GRPO step took 1.47x as long
+    # with it (benchmarks/bench_precision.py, docs/benchmarks.md).
     activation: str = "gelu_pytorch_tanh"
 
 

@@ -1,0 +1,79 @@
+"""The README's `make train` tables: several runs' held-out evaluations against one before, as a markdown table.
+
+Each run column is the change against ``--before`` with its z (``rookgrpo evaluate --baseline`` computes the same,
+paired by position); the last column is the mean change over the runs ± its standard error over runs (the spread a
+reader of one run should expect), or ± half the difference when there are two runs.
+
+    python benchmarks/seed_table.py --before runs/eval_before.json \
+        --runs s42=runs/fused-s42/eval_after.json s43=runs/fused-s43/eval_after.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+
+# (evaluation key, row label) in the README's order.
+ROWS = (
+    ("best_move_accuracy", "best-move accuracy (P:)"),
+    ("top5_accuracy", "top-5 accuracy (P:)"),
+    ("legal_move_rate", "legal-move rate (P:)"),
+    ("format_rate", "format rate (P:, greedy)"),
+    ("move_rank_reward", "mean move-rank reward (P:)"),
+    ("top_move_share", "most frequent B: move's share"),
+    ("env_exact_accuracy", "A: next-state exact"),
+    ("env_broken_rate", "A: board not 8 ranks of 8 squares"),
+)
+
+
+def spread(changes: list[float]) -> tuple[float, float, str]:
+    """Mean change over runs and its spread: the standard error over runs, or half the difference of two."""
+    mean = statistics.fmean(changes)
+    if len(changes) == 2:
+        return mean, abs(changes[0] - changes[1]) / 2, "± half their difference"
+    return mean, statistics.stdev(changes) / math.sqrt(len(changes)), "± its standard error over runs"
+
+
+def table(before: dict, runs: dict[str, dict]) -> str:
+    from rookgrpo.evaluate import paired
+
+    names = list(runs)
+    _, _, how = spread([0.0] * len(names))
+    lines = ["| metric | before | " + " | ".join(names) + f" | mean of {len(names)} runs ({how}) |",
+             "| --- | --- |" + " --- |" * (len(names) + 1)]
+    for key, label in ROWS:
+        if not all(key in m for m in (before, *runs.values())):
+            continue
+        cells, changes = [], []
+        for name in names:
+            diff, se, _ = paired(before, runs[name], key)
+            changes.append(diff)
+            cells.append(f"{diff:+.3f} ({diff / se:.1f})" if se > 0 else f"{diff:+.3f}")
+        mean, err, _ = spread(changes)
+        lines.append(f"| {label} | {before[key]:.3f} | " + " | ".join(cells) + f" | {mean:+.3f} ± {err:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", required=True, help="the start's evaluation (rookgrpo evaluate --out)")
+    ap.add_argument("--runs", nargs="+", required=True, metavar="NAME=EVAL.json",
+                    help="each run's evaluation after training, named")
+    args = ap.parse_args(argv)
+    runs = {}
+    for item in args.runs:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            ap.error(f"--runs: expected NAME=EVAL.json, got {item!r}")
+        runs[name] = json.loads(open(path).read())
+    if len(runs) < 2:
+        ap.error("--runs: give at least two runs (one run's change and z is what `rookgrpo evaluate --baseline` prints)")
+    print(table(json.loads(open(args.before).read()), runs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
