@@ -16,7 +16,7 @@ EVAL_DATA ?= rookgrpo/tiny-rookworld-eval
 EVAL_DEPTH ?= 8
 PYTEST_ARGS ?=
 # Extra `--field value` overrides of the recipe for `make train`'s GRPO run, e.g. TRAIN_ARGS="--seed 43", or
-# TRAIN_ARGS="--bf16 true": torch autocast in bf16 on CPU, 0.75x the step time where the CPU has bf16 units
+# TRAIN_ARGS="--bf16 true": torch autocast in bf16 on CPU, 0.90x the step time where the CPU has bf16 units
 # (benchmarks/bench_precision.py); measured and not the default, docs/tiny-model.md says what it changed.
 TRAIN_ARGS ?=
 # torch threads for `make train` (accelerate would set 1): all cores; Stockfish runs between the model's phases
