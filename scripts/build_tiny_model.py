@@ -109,7 +109,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--activation", choices=("gelu_pytorch_tanh", "gelu_new"), default="gelu_pytorch_tanh",
                    help="the MLP's GELU: GPT-2's tanh approximation as one fused kernel (the default), or the same\n"
                         "function from seven tensor ops as transformers' GPT-2 writes it (gelu_new; v3 was trained\n"
-                        "with it, so its command needs it to retrain v3 bit for bit). Outputs agree to 1 ulp. gelu_new\n"
+                        "with it: its command needs it to compute what v3's build computed). Outputs agree to 1 ulp. gelu_new\n"
                         "took 1.47x the fused kernel's time in make train's fp32 GRPO step (bench_precision.py) but\n"
                         "1.03 [0.97, 1.10]x in this build's bf16 SFT step with 4 micro-batches (bench_sft_micro_batches.py\n"
                         "--arms 4 4:gelu_new). Also applies to an --init_from model")
