@@ -37,18 +37,20 @@ from common import finish  # benchmarks/common.py
 PHASES = ("timing/generation", "timing/rewards", "timing/reference", "timing/loss")
 
 
-# Arm -> (recipe overrides, bf16 autocast, activation) : the last two are what the log-prob gap computes under.
-ARMS = {
-    "fp32": ([], False, None),
-    "bf16": (["--bf16", "true"], True, None),
-    "gelu_new": (["--model_init_kwargs", json.dumps({"activation_function": "gelu_new"})], False, "gelu_new"),
-}
+# Arm -> (bf16 autocast, GELU kernel or None for the packaged config's); the recipe overrides follow from them.
+ARMS = {"fp32": (False, None), "bf16": (True, None), "gelu_new": (False, "gelu_new")}
+
+
+def overrides(arm: str) -> list[str]:
+    bf16, activation = ARMS[arm]
+    return ["--bf16", str(bf16).lower()] + (
+        ["--model_init_kwargs", json.dumps({"activation_function": activation})] if activation else [])
 
 
 def build(recipe: str, arm: str, steps: int, out: str):
     from rookgrpo.train import build_trainer
 
-    argv = [recipe, *ARMS[arm][0], "--max_steps", str(steps), "--output_dir", out,
+    argv = [recipe, *overrides(arm), "--max_steps", str(steps), "--output_dir", out,
             "--save_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true"]
     return build_trainer(argv)[0]
 
@@ -60,36 +62,38 @@ def block(trainer) -> tuple[list[float], dict[str, list[float]]]:
     return [h["step_time"] for h in history], {p: [h[p] for h in history if p in h] for p in PHASES}
 
 
-def logp_gap(n_lines: int, arm: str, base: str) -> dict:
-    """Per-token log-probs of the held-out reference completions under ``arm`` minus under ``base`` (packaged model)."""
+def reference_logps(n_lines: int, arm: str) -> list:
+    """Per-token log-probs of the first ``n_lines`` held-out reference completions under ``arm`` (packaged model),
+    computed as the loss computes them: one tensor per line."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rookgrpo.assets import resolve_model
     from rookgrpo.chess.data import load_rookworld
 
+    bf16, activation = ARMS[arm]
     path = resolve_model("rookgrpo/tiny-rookworld")
     tok = AutoTokenizer.from_pretrained(path)
-    models = {}
-    for name in (base, arm):
-        activation = ARMS[name][2]
-        kwargs = {"activation_function": activation} if activation else {}
-        models[name] = AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        path, **({"activation_function": activation} if activation else {})).eval()
     rows = load_rookworld("rookgrpo/tiny-rookworld-eval")
-    rows = [rows[i] for i in range(min(n_lines, len(rows)))]
-    gaps = []
-    for row in rows:
-        prompt = tok(row["prompt"], add_special_tokens=False)["input_ids"]
-        ids = torch.tensor([prompt + tok(row["completion"], add_special_tokens=False)["input_ids"]])
-        logps = []
-        for name in (base, arm):
-            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=ARMS[name][1]):
-                logits = models[name](ids).logits[0, len(prompt) - 1:-1].float()
-            logps.append(torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None])[:, 0])
-        gaps.append(logps[1] - logps[0])
-    gap = torch.cat(gaps)
+    out = []
+    for i in range(min(n_lines, len(rows))):
+        prompt = tok(rows[i]["prompt"], add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([prompt + tok(rows[i]["completion"], add_special_tokens=False)["input_ids"]])
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(ids).logits[0, len(prompt) - 1:-1].float()
+        out.append(torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None])[:, 0])
+    return out
+
+
+def logp_gap(arm_logps: list, base_logps: list) -> dict:
+    """How far one arm's per-token log-probs lie from the base arm's (same lines, same tokens)."""
+    import torch
+
+    gap = torch.cat([a - b for a, b in zip(arm_logps, base_logps)])
     k3 = torch.exp(gap) - gap - 1
-    return {"lines": len(rows), "tokens": gap.numel(), "mean_abs": gap.abs().mean().item(),
+    return {"lines": len(arm_logps), "tokens": gap.numel(), "mean_abs": gap.abs().mean().item(),
             "p99_abs": gap.abs().quantile(0.99).item(), "max_abs": gap.abs().max().item(), "k3_mean": k3.mean().item()}
 
 
@@ -128,7 +132,8 @@ def main(argv=None):
     phase_ratios = {arm: {p: ratio_interval(phases[base][p], phases[arm][p]) for p in PHASES
                           if all(phases[name][p] and all(phases[name][p]) for name in (base, arm))}
                     for arm in others}
-    gaps = {arm: logp_gap(args.lines, arm, base) for arm in others}
+    logps = {arm: reference_logps(args.lines, arm) for arm in args.arms}  # each arm's once
+    gaps = {arm: logp_gap(logps[arm], logps[base]) for arm in others}
     med = {name: {p: statistics.median([t for blk in v for t in blk]) for p, v in phases[name].items() if v}
            for name in phases}
     steps = {name: statistics.median([t for blk in times[name] for t in blk]) for name in times}

@@ -163,11 +163,10 @@ def main(argv=None):
     command = (f"python benchmarks/bench_sft_micro_batches.py --steps {args.steps} --blocks {args.blocks} --arms "
                + " ".join(map(str, args.arms)) + (" --own" if args.own else "") + ("" if args.bf16 else " --no-bf16")
                + (f" --work {args.work}" if args.work else ""))
+    varied = (["the GELU kernel"] if any(a for _, a in parsed) else []) + (
+        ["the whole batch against length-sorted micro-batches"] if len({k for k, _ in parsed}) > 1 else [])
     result = {
-        "title": "The tiny model's SFT step: "
-                 + ("the GELU kernel" if any(a for _, a in parsed) else "")
-                 + (" and " if any(a for _, a in parsed) and len({k for k, _ in parsed}) > 1 else "")
-                 + ("the whole batch against length-sorted micro-batches" if len({k for k, _ in parsed}) > 1 else "")
+        "title": "The tiny model's SFT step: " + " and ".join(varied)
                  + (" (steps with the own-list terms)" if args.own else " (plain steps)"),
         "description": (
             f"The build's SFT trainer (packaged model, batch 64) on the same line stream per arm, {args.steps}-step "

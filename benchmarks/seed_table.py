@@ -29,20 +29,23 @@ ROWS = (
 )
 
 
+def spread_name(n_runs: int) -> str:
+    return "± half their difference" if n_runs == 2 else "± its standard error over runs"
+
+
 def spread(changes: list[float]) -> tuple[float, float, str]:
     """Mean change over runs and its spread: the standard error over runs, or half the difference of two."""
     mean = statistics.fmean(changes)
     if len(changes) == 2:
-        return mean, abs(changes[0] - changes[1]) / 2, "± half their difference"
-    return mean, statistics.stdev(changes) / math.sqrt(len(changes)), "± its standard error over runs"
+        return mean, abs(changes[0] - changes[1]) / 2, spread_name(2)
+    return mean, statistics.stdev(changes) / math.sqrt(len(changes)), spread_name(len(changes))
 
 
 def table(before: dict, runs: dict[str, dict]) -> str:
     from rookgrpo.evaluate import paired
 
     names = list(runs)
-    _, _, how = spread([0.0] * len(names))
-    lines = ["| metric | before | " + " | ".join(names) + f" | mean of {len(names)} runs ({how}) |",
+    lines = ["| metric | before | " + " | ".join(names) + f" | mean of {len(names)} runs ({spread_name(len(names))}) |",
              "| --- | --- |" + " --- |" * (len(names) + 1)]
     for key, label in ROWS:
         if not all(key in m for m in (before, *runs.values())):
