@@ -49,7 +49,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the model and positions go")
     p.add_argument("--work", type=Path, default=REPO / "build" / "tiny-rookworld", help="scratch (data cache, SFT)")
-    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--seed", type=int, default=1234, help="seeds the data (games, labels, splits) and, unless\n"
+                   "--sft_seed is given, the SFT stage")
+    p.add_argument("--sft_seed", type=int, default=None,
+                   help="seeds the SFT stage alone (the fresh model's weights, the A: lines drawn into the mix, the\n"
+                        "batch order, dropout); default --seed. A continuation (--init_from) passes a new one to draw\n"
+                        "other A: lines in another order on the same splits")
     p.add_argument("--n_lines", type=int, default=200000, help="RookWorld lines generated in all (all splits)")
     p.add_argument("--a_share", type=float, default=0.7,
                    help="share of A: lines: they need no engine (only the P: lines are labelled by Stockfish), so\n"
@@ -102,7 +107,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
-                        "--init_from build/tv2/final --unlikelihood 1 --lr 1e-4 --max_steps 300")
+                        "--init_from build/tv2/final --unlikelihood 1 --lr 1e-4 --max_steps 300. When it names a finished\n"
+                        "build's --out (with its build_info.json), this build must have that build's data arguments (so no\n"
+                        "held-out position was in the init model's SFT data), and the model card names both commands")
     p.add_argument("--n_layer", type=int, default=6)
     p.add_argument("--n_head", type=int, default=4)
     p.add_argument("--n_embd", type=int, default=224)
@@ -234,10 +241,10 @@ def to_pairs(lines: list[str]):
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
-            "own_unlikelihood", "own_from", "micro_batches", "activation")
+            "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
-                    "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new"}
+                    "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None}
 
 
 def sft_args(args) -> dict:
@@ -459,7 +466,8 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
 
     if args.m_order == "rank":
         sft_lines, held_lines = [rank_moves(x) for x in sft_lines], [rank_moves(x) for x in held_lines]
-    sft_lines = sft_mix(sft_lines, args.sft_a_share, args.seed)
+    seed = args.seed if args.sft_seed is None else args.sft_seed
+    sft_lines = sft_mix(sft_lines, args.sft_a_share, seed)
     if args.init_from:
         from transformers import AutoConfig, AutoTokenizer
 
@@ -478,7 +486,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     if not args.init_from:
         n_positions = max(256, 64 * ((max(lengths) + 2 + 63) // 64))
         spec = TinyGPT2Spec(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, n_positions=n_positions,
-                            seed=args.seed, tokenizer=args.tokenizer, ranks=ranks, activation=args.activation)
+                            seed=seed, tokenizer=args.tokenizer, ranks=ranks, activation=args.activation)
     checkpoint = _last_checkpoint(work / "sft", args)
     if checkpoint is None:
         shutil.rmtree(work / "sft", ignore_errors=True)
@@ -493,7 +501,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     train, held = to_pairs(sft_lines), to_pairs(held_lines)
     steps = args.max_steps if args.max_steps > 0 else int(args.epochs * -(-len(train) // args.batch_size))
     config = SFTConfig(
-        output_dir=str(work / "sft"), seed=args.seed, use_cpu=not gpu, bf16=args.bf16, tf32=False,
+        output_dir=str(work / "sft"), seed=seed, use_cpu=not gpu, bf16=args.bf16, tf32=False,
         num_train_epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr, lr_scheduler_type="cosine",
         warmup_steps=0.03, weight_decay=0.01, per_device_train_batch_size=args.batch_size,
         per_device_eval_batch_size=256, max_length=n_positions,
@@ -659,8 +667,32 @@ def read_splits(work: Path) -> dict[str, list[str]]:
     return splits
 
 
+# What the data stage's splits depend on. A continuation (--init_from a finished build) must split as its init model's
+# build did, or its held-out positions would include ones that model was trained on.
+DATA_ARGS = ("seed", "n_lines", "a_share", "n_games", "n_grpo", "n_eval", "held_out_copies", "label_depth", "max_plies")
+
+
+def init_build(args) -> dict | None:
+    """The ``build_info.json`` of the finished build ``--init_from`` names (None for a bare SFT dir or no init).
+
+    Exits when this build's data arguments differ from that build's: the splits would differ, and the held-out
+    positions of this build could be SFT positions of the init model.
+    """
+    if not args.init_from or not (Path(args.init_from) / "build_info.json").exists():
+        return None
+    base = json.loads((Path(args.init_from) / "build_info.json").read_text())
+    differ = [f"--{k} {getattr(args, k)} (it was built with {base['args'][k]})" for k in DATA_ARGS
+              if k in base.get("args", {}) and base["args"][k] != getattr(args, k)]
+    if differ:
+        sys.exit(f"--init_from {args.init_from}: " + "; ".join(differ) + ". A continuation keeps its init model's data "
+                 "arguments, so that no held-out position was in that model's SFT data; --sft_seed varies the SFT stage "
+                 "alone.")
+    return base
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    init_build(args)
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -692,6 +724,7 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.evaluate import PER_ROW_KEYS, evaluate, format_table
 
+    base = init_build(args)
     model_dir = work / "final"
     if not (model_dir / "config.json").exists():
         sys.exit(f"{model_dir} has no model: run `--stage sft` first (same --work).")
@@ -731,6 +764,9 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
         "eval": {k: v for k, v in metrics.items() if k not in ("samples", "model", "data", *PER_ROW_KEYS)},
         "samples": metrics["samples"],
     }
+    if base is not None:
+        # The build this one continues, as its own build_info recorded it (its per-row samples left out).
+        build["init"] = {k: v for k, v in base.items() if k != "samples"}
     (tmp / "build_info.json").write_text(json.dumps(build, indent=2))
     (tmp / "README.md").write_text(model_card(build, format_table(metrics)))
     shutil.rmtree(out, ignore_errors=True)
@@ -776,9 +812,21 @@ ACTIVATION_TEXT = {"gelu_pytorch_tanh": "GPT-2's tanh GELU as one fused kernel (
 
 def model_card(build: dict, table: str) -> str:
     a = build["args"]
-    data, sft = build["stages"].get("data", {}), build["stages"].get("sft", {})
-    precision = "bf16 autocast" if a.get("bf16") else "fp32"
     shape = build.get("architecture", a)  # the saved model's own shape (an --init_from build ignores the shape args)
+    init = build.get("init")
+    if init:
+        made = f"""Two commands: the build of the model it continues, then the continuation, whose `--init_from` names the model
+the first one wrote.
+
+1. `{init['command']}` (seed {init['args']['seed']}):
+
+{_indent(_data_text(init) + _sft_text(init) + _time_text(init), 3)}
+2. `{build['command']}` (SFT seed {_sft_seed(a)}), on the first command's splits (the same data arguments; the
+   script checks them):
+
+{_indent(_sft_text(build) + _time_text(build), 3)}"""
+    else:
+        made = f"`{build['command']}` (seed {a['seed']}):\n\n" + _data_text(build) + _sft_text(build) + _time_text(build)
     return f"""# rookgrpo/tiny-rookworld
 
 A {build['parameters'] / 1e6:.2f}M-parameter GPT-2 ({shape['n_layer']} layers, {shape['n_head']} heads,
@@ -790,25 +838,7 @@ not a chess player, and it knows openings only: every position it was taught com
 
 ## How it was made
 
-`{build['command']}` (seed {a['seed']}):
-
-- data: {a['n_lines']} RookWorld lines (compact layout, {a.get('a_share', 0.27):.0%} A:, the rest P:) from
-  `rookgrpo.chess.data.generate`, from {a.get('n_games') or 'about one game per ten lines of'} games stopped after
-  {a.get('max_plies', '?')} plies, so every position is an opening one (plies 4 and up); P: rows labelled by
-  Stockfish at depth {a['label_depth']}; split by position into SFT ({build['splits']['sft']} lines), GRPO training
-  positions ({build['splits']['grpo']}, `train_positions.txt`) and held-out evaluation positions
-  ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.{_copies_text(a)}
-- SFT{_init_text(a)}: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to
-  {a.get('sft_a_share', 1.0):.0%} of the mix ({sft.get('train_lines', '?')} lines), M: moves in
-  {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole
-  line{_unlikelihood_text(a)}, {a['epochs']} epochs, lr {a['lr']} cosine, batch {a['batch_size']}{_micro_text(a)}, {precision},
-  {ACTIVATION_TEXT[_recorded(a)['activation']]};
-  final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions
-  {_fmt(sft.get('final_eval_loss'))} (nats per token).
-- run time: data {_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}
-  Stockfish processes; SFT {_fmt(sft.get('seconds'))} s ({sft.get('steps', '?')} steps) on {sft.get('device', '?')};
-  evaluation {build['stages']['finish']['seconds']} s.
-
+{made}
 ## Numbers (held-out positions, greedy decoding, Stockfish depth {a['eval_depth']})
 
 ```
@@ -816,6 +846,54 @@ not a chess player, and it knows openings only: every position it was taught com
 ```
 
 Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-eval --depth {a['eval_depth']}`.
+"""
+
+
+def _indent(text: str, n: int) -> str:
+    return "".join(" " * n + line if line.strip() else line for line in text.splitlines(keepends=True))
+
+
+def _sft_seed(a: dict) -> int:
+    return a["seed"] if a.get("sft_seed") is None else a["sft_seed"]
+
+
+def _data_text(build: dict) -> str:
+    a = build["args"]
+    return f"""- data: {a['n_lines']} RookWorld lines (compact layout, {a.get('a_share', 0.27):.0%} A:, the rest P:) from
+  `rookgrpo.chess.data.generate`, from {a.get('n_games') or 'about one game per ten lines of'} games stopped after
+  {a.get('max_plies', '?')} plies, so every position is an opening one (plies 4 and up); P: rows labelled by
+  Stockfish at depth {a['label_depth']}; split by position into SFT ({build['splits']['sft']} lines), GRPO training
+  positions ({build['splits']['grpo']}, `train_positions.txt`) and held-out evaluation positions
+  ({build['splits']['eval']}, `eval_positions.txt`). No position is in two splits.{_copies_text(a)}
+"""
+
+
+def _sft_text(build: dict) -> str:
+    a, sft = build["args"], build["stages"].get("sft", {})
+    precision = "bf16 autocast" if a.get("bf16") else "fp32"
+    return f"""- SFT{_init_text(a)}: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to
+  {a.get('sft_a_share', 1.0):.0%} of the mix ({sft.get('train_lines', '?')} lines), M: moves in
+  {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole
+  line{_unlikelihood_text(a)}, {_length_text(a, sft)}, lr {a['lr']} cosine, batch {a['batch_size']}{_micro_text(a)}, {precision},
+  {ACTIVATION_TEXT[_recorded(a)['activation']]};
+  final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions
+  {_fmt(sft.get('final_eval_loss'))} (nats per token).
+"""
+
+
+def _length_text(a: dict, sft: dict) -> str:
+    if a.get("max_steps", -1) > 0 and sft.get("train_lines"):
+        epoch = -(-sft["train_lines"] // a["batch_size"])
+        return f"{a['max_steps']} steps ({a['max_steps'] / epoch:.2f} of an epoch of the mix)"
+    return f"{a['epochs']} epochs"
+
+
+def _time_text(build: dict) -> str:
+    data, sft = build["stages"].get("data"), build["stages"].get("sft", {})
+    text = f"{_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}\n" \
+           f"  Stockfish processes; " if data else ""
+    return f"""- run time: {'data ' + text if data else ''}SFT {_fmt(sft.get('seconds'))} s ({sft.get('steps', '?')} steps) on {sft.get('device', '?')};
+  evaluation {build['stages']['finish']['seconds']} s.
 """
 
 

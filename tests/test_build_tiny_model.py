@@ -94,6 +94,31 @@ def test_init_from_continues_a_finished_build(tmp_path):
     assert proc.returncode != 0 and "no saved model there" in proc.stderr
 
 
+def test_a_continuation_keeps_its_init_builds_splits_and_its_card_names_both_commands(tmp_path):
+    assert build(tmp_path, "base").returncode == 0
+    base = tmp_path / "base" / "out"
+    # Other data arguments would split the positions otherwise: the new held-out positions could be ones the init
+    # model was trained on. Refused before any work, naming the argument.
+    proc = build(tmp_path, "resplit", "--init_from", str(base), "--seed", "99")
+    assert proc.returncode != 0 and "--seed 99 (it was built with 1234)" in proc.stderr
+    assert not (tmp_path / "resplit" / "work" / "sft.txt").exists()
+    # --sft_seed seeds the SFT stage alone: the same splits as the init build, another draw of the SFT run.
+    for name, sft_seed in (("more", "7"), ("other", "8")):
+        proc = build(tmp_path, name, "--init_from", str(base), "--sft_seed", sft_seed, "--lr", "1e-3")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    more, other = tmp_path / "more" / "out", tmp_path / "other" / "out"
+    for f in ("train_positions.txt", "eval_positions.txt"):
+        assert (more / f).read_bytes() == (base / f).read_bytes() == (other / f).read_bytes(), f
+    assert (more / "model.safetensors").read_bytes() != (other / "model.safetensors").read_bytes()
+    info, base_info = (json.loads((d / "build_info.json").read_text()) for d in (more, base))
+    assert info["init"]["command"] == base_info["command"] and info["init"]["eval"] == base_info["eval"]
+    assert "samples" not in info["init"] and info["args"]["sft_seed"] == 7
+    card = (more / "README.md").read_text()
+    assert card.index(f"1. `{base_info['command']}` (seed 1234)") < card.index(f"2. `{info['command']}` (SFT seed 7)")
+    assert card.count("- data: 40 RookWorld lines") == 1 and card.count("- SFT") == 2
+    assert f"continued from `{base}`" in card and "3 steps (" in card and "of an epoch of the mix)" in card
+
+
 def test_stages_out_of_order_say_which_stage_to_run(tmp_path):
     proc = build(tmp_path, "early", "--stage", "sft")
     assert proc.returncode != 0 and "run `--stage data` first" in proc.stderr
