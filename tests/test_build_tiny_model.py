@@ -38,6 +38,11 @@ def test_a_rebuild_with_the_same_seed_is_identical(tmp_path):
     assert info[0]["stages"]["sft"]["train_lines"] == 2 * sft_p > 0
     card = (first / "README.md").read_text()
     assert card.startswith("# rookgrpo/tiny-rookworld") and "3 steps" in card and "--stage" not in card
+    # Both held-out panels: the evaluation positions, then the GRPO positions (6 lines here: "P: rows" + "A: rows").
+    assert card.index("## Numbers (held-out") < card.index("## Numbers on the GRPO positions")
+    rows = card.split("## Numbers on the GRPO positions")[1].split("```")[1]
+    panel = info[0]["eval_grpo_positions"]
+    assert panel["n_policy"] + panel["n_env"] == 6 and f"(P: rows {panel['n_policy']}, A: rows" in rows
     # New builds use the fused tanh GELU, and the card says so.
     assert json.loads((first / "config.json").read_text())["activation_function"] == "gelu_pytorch_tanh"
     assert "tanh GELU as one fused kernel (`gelu_pytorch_tanh`)" in card

@@ -62,6 +62,12 @@ def test_the_model_card_numbers_are_what_evaluate_prints():
     metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", settings=EngineSettings(depth=8),
                        progress=False)
     assert format_table(metrics) == table
+    # The second panel: the GRPO positions, also never in the SFT data.
+    grpo = card.split("## Numbers on the GRPO positions")[1]
+    assert "rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-train --depth 8" in grpo
+    metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-train", settings=EngineSettings(depth=8),
+                       progress=False)
+    assert format_table(metrics) == grpo.split("```")[1].strip()
 
 
 @pytest.mark.slow
