@@ -466,7 +466,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
 
     if args.m_order == "rank":
         sft_lines, held_lines = [rank_moves(x) for x in sft_lines], [rank_moves(x) for x in held_lines]
-    seed = args.seed if args.sft_seed is None else args.sft_seed
+    seed = _sft_seed(vars(args))
     sft_lines = sft_mix(sft_lines, args.sft_a_share, seed)
     if args.init_from:
         from transformers import AutoConfig, AutoTokenizer
@@ -872,6 +872,7 @@ def _indent(text: str, n: int) -> str:
 
 
 def _sft_seed(a: dict) -> int:
+    """The seed of the SFT stage: ``--sft_seed``, else ``--seed`` (``a``: the arguments as a dict)."""
     return a["seed"] if a.get("sft_seed") is None else a["sft_seed"]
 
 
