@@ -33,12 +33,13 @@ def spread_name(n_runs: int) -> str:
     return "± half their difference" if n_runs == 2 else "± its standard error over runs"
 
 
-def spread(changes: list[float]) -> tuple[float, float, str]:
-    """Mean change over runs and its spread: the standard error over runs, or half the difference of two."""
+def spread(changes: list[float]) -> tuple[float, float]:
+    """Mean change over runs and its spread (:func:`spread_name` names it): the standard error over runs, or half the
+    difference of two."""
     mean = statistics.fmean(changes)
     if len(changes) == 2:
-        return mean, abs(changes[0] - changes[1]) / 2, spread_name(2)
-    return mean, statistics.stdev(changes) / math.sqrt(len(changes)), spread_name(len(changes))
+        return mean, abs(changes[0] - changes[1]) / 2
+    return mean, statistics.stdev(changes) / math.sqrt(len(changes))
 
 
 def table(before: dict, runs: dict[str, dict]) -> str:
@@ -55,7 +56,7 @@ def table(before: dict, runs: dict[str, dict]) -> str:
             diff, se, _ = paired(before, runs[name], key)
             changes.append(diff)
             cells.append(f"{diff:+.3f} ({diff / se:.1f})" if se > 0 else f"{diff:+.3f}")
-        mean, err, _ = spread(changes)
+        mean, err = spread(changes)
         lines.append(f"| {label} | {before[key]:.3f} | " + " | ".join(cells) + f" | {mean:+.3f} ± {err:.3f} |")
     return "\n".join(lines)
 

@@ -692,7 +692,7 @@ def init_build(args) -> dict | None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    init_build(args)
+    base = init_build(args)  # checked before any stage runs
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -714,17 +714,19 @@ def main(argv=None) -> int:
             splits = read_splits(work)
             sft(args, work, splits["sft"], splits["grpo"])
     if args.stage in ("all", "finish"):
-        finish(args, work, read_splits(work), argv)
+        finish(args, work, read_splits(work), argv, base)
     print(f"stage {args.stage} done in {time.time() - t0:.0f}s")
     return 0
 
 
-def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
-    """Evaluate the SFT model on the held-out positions and write the package assets with their model card."""
+def finish(args, work: Path, splits: dict[str, list[str]], argv, base: dict | None = None) -> None:
+    """Evaluate the SFT model on the held-out positions and write the package assets with their model card.
+
+    ``base``: the build_info of the finished build this one continues (:func:`init_build`), recorded in this one's.
+    """
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.evaluate import PER_ROW_KEYS, evaluate, format_table
 
-    base = init_build(args)
     model_dir = work / "final"
     if not (model_dir / "config.json").exists():
         sys.exit(f"{model_dir} has no model: run `--stage sft` first (same --work).")
@@ -746,6 +748,9 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
     print(format_table(metrics), flush=True)
     print("On the GRPO positions:\n" + format_table(grpo_metrics), flush=True)
 
+    def summary(m: dict) -> dict:  # an evaluation's metrics, without its per-row data
+        return {k: v for k, v in m.items() if k not in ("samples", "model", "data", *PER_ROW_KEYS)}
+
     out = args.out
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -766,9 +771,8 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
         "stages": {**stage_info, "finish": {"seconds": round(t_eval)}},
         "parameters": _n_params(model_dir),
         "architecture": _architecture(model_dir),
-        "eval": {k: v for k, v in metrics.items() if k not in ("samples", "model", "data", *PER_ROW_KEYS)},
-        "eval_grpo_positions": {k: v for k, v in grpo_metrics.items()
-                                if k not in ("samples", "model", "data", *PER_ROW_KEYS)},
+        "eval": summary(metrics),
+        "eval_grpo_positions": summary(grpo_metrics),
         "samples": metrics["samples"],
     }
     if base is not None:
