@@ -452,6 +452,26 @@ def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
     return [line for line in lines if line.startswith("P:") or next(kept)]
 
 
+def fit_sample(mix: list[str], n: int, seed: int) -> list[str]:
+    """``n`` distinct lines the SFT stage trained on (``mix``: :func:`sft_mix`'s lines), with the held-out panels'
+    A: share (``HELD_OUT_A_SHARE``), a seeded draw in file order.
+
+    Evaluated beside the held-out panels it separates the two ways a model misses a target: no better on lines it
+    was trained on than on held-out ones means it is fit-bound (more steps or width would help, more data would
+    not); much better means it memorises.
+
+    >>> fit_sample(["P: a", "A: b", "P: c", "P: a"], 4, seed=0)
+    ['P: a', 'A: b', 'P: c']
+    """
+    distinct = list(dict.fromkeys(mix))
+    picked = set()
+    rng = random.Random(f"{seed}-fit-sample")
+    for task, k in (("A", round(n * HELD_OUT_A_SHARE)), ("P", n - round(n * HELD_OUT_A_SHARE))):
+        pool = [line for line in distinct if line.startswith("P:") == (task == "P")]
+        picked.update(rng.sample(pool, min(k, len(pool))))
+    return [line for line in distinct if line in picked]
+
+
 def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     """Fine-tune a fresh GPT-2 (``--tokenizer``) on the SFT lines with TRL's SFTTrainer; return the saved model dir.
 
@@ -744,9 +764,14 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv, base: dict | No
     # (not for a GRPO run, which trains on them). A 300-step continuation that raised best move with z 2.1 on the
     # evaluation positions changed it by -0.009 (z -1.2) here (docs/tiny-model.md).
     grpo_metrics = evaluate(str(model_dir), str(work / "grpo.txt"), settings=settings)
+    # And lines the SFT stage trained on, as many as the GRPO panel: no better there than held out means fit-bound.
+    fit = fit_sample(sft_mix(splits["sft"], args.sft_a_share, _sft_seed(vars(args))), args.n_grpo, args.seed)
+    (work / "sft_sample.txt").write_text("".join(line + "\n" for line in fit))
+    fit_metrics = evaluate(str(model_dir), str(work / "sft_sample.txt"), settings=settings)
     t_eval = time.time() - t0
     print(format_table(metrics), flush=True)
     print("On the GRPO positions:\n" + format_table(grpo_metrics), flush=True)
+    print("On lines it was trained on:\n" + format_table(fit_metrics), flush=True)
 
     def summary(m: dict) -> dict:  # an evaluation's metrics, without its per-row data
         return {k: v for k, v in m.items() if k not in ("samples", "model", "data", *PER_ROW_KEYS)}
@@ -761,6 +786,7 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv, base: dict | No
             shutil.copy2(model_dir / f, tmp / f)
     shutil.copy2(work / "grpo.txt", tmp / "train_positions.txt")
     shutil.copy2(work / "eval.txt", tmp / "eval_positions.txt")
+    shutil.copy2(work / "sft_sample.txt", tmp / "sft_sample.txt")
     stage_info = {name: json.loads((work / f"{name}_info.json").read_text())
                   for name in ("data", "sft") if (work / f"{name}_info.json").exists()}
     build = {
@@ -773,13 +799,15 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv, base: dict | No
         "architecture": _architecture(model_dir),
         "eval": summary(metrics),
         "eval_grpo_positions": summary(grpo_metrics),
+        "eval_sft_sample": summary(fit_metrics),
         "samples": metrics["samples"],
     }
     if base is not None:
         # The build this one continues, as its own build_info recorded it (its per-row samples left out).
         build["init"] = {k: v for k, v in base.items() if k != "samples"}
     (tmp / "build_info.json").write_text(json.dumps(build, indent=2))
-    (tmp / "README.md").write_text(model_card(build, format_table(metrics), format_table(grpo_metrics)))
+    (tmp / "README.md").write_text(model_card(build, format_table(metrics), format_table(grpo_metrics),
+                                                    format_table(fit_metrics)))
     shutil.rmtree(out, ignore_errors=True)
     os.rename(tmp, out)
     print(f"wrote {out} ({sum(f.stat().st_size for f in out.iterdir()) / 1e6:.1f} MB)")
@@ -821,7 +849,7 @@ ACTIVATION_TEXT = {"gelu_pytorch_tanh": "GPT-2's tanh GELU as one fused kernel (
                    "gelu_new": "GPT-2's tanh GELU as transformers' `gelu_new` writes it (seven tensor ops)"}
 
 
-def model_card(build: dict, table: str, grpo_table: str) -> str:
+def model_card(build: dict, table: str, grpo_table: str, fit_table: str) -> str:
     a = build["args"]
     shape = build.get("architecture", a)  # the saved model's own shape (an --init_from build ignores the shape args)
     init = build.get("init")
@@ -868,7 +896,23 @@ model GRPO has trained on them). Compare SFT models on both panels: a change of 
 ```
 
 Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-train --depth {a['eval_depth']}`.
+
+## Numbers on lines it was trained on
+
+{FIT_TEXT}
+
+```
+{fit_table}
+```
+
+Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-sft-sample --depth {a['eval_depth']}`.
 """
+
+
+FIT_TEXT = """As many lines as the GRPO panel, with its A: share, drawn from the lines the SFT stage trained on (one copy
+of each; `sft_sample.txt`). Set against the two held-out panels, they tell why the model misses a number: no better
+here than held out means it is fit-bound (more steps or width would raise the number, more data would not); much
+better here means it memorises."""
 
 
 def _indent(text: str, n: int) -> str:

@@ -43,6 +43,19 @@ def test_a_rebuild_with_the_same_seed_is_identical(tmp_path):
     rows = card.split("## Numbers on the GRPO positions")[1].split("```")[1]
     panel = info[0]["eval_grpo_positions"]
     assert panel["n_policy"] + panel["n_env"] == 6 and f"(P: rows {panel['n_policy']}, A: rows" in rows
+    # The third: as many lines as the GRPO panel, each a line of the SFT mix (every P: line of the SFT split, A: drawn),
+    # one copy of each; packaged, and the same in both builds.
+    assert card.index("## Numbers on the GRPO positions") < card.index("## Numbers on lines it was trained on")
+    work = tmp_path / "first" / "work"
+    sample = (first / "sft_sample.txt").read_text().splitlines()
+    assert sample == (work / "sft_sample.txt").read_text().splitlines()
+    assert (first / "sft_sample.txt").read_bytes() == (second / "sft_sample.txt").read_bytes()
+    mix = _script().sft_mix((work / "sft.txt").read_text().splitlines(), 0.5, 1234)
+    assert len(sample) == len(set(sample)) == 6 and set(sample) <= set(mix)
+    assert sum(l.startswith("A:") for l in sample) == round(6 * 0.25)
+    fit = info[0]["eval_sft_sample"]
+    assert fit["n_policy"] + fit["n_env"] == 6
+    assert f"(P: rows {fit['n_policy']}, A: rows" in card.split("## Numbers on lines it was trained on")[1]
     # New builds use the fused tanh GELU, and the card says so.
     assert json.loads((first / "config.json").read_text())["activation_function"] == "gelu_pytorch_tanh"
     assert "tanh GELU as one fused kernel (`gelu_pytorch_tanh`)" in card

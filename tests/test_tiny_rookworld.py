@@ -57,17 +57,15 @@ def test_the_model_card_numbers_are_what_evaluate_prints():
     from rookgrpo.evaluate import evaluate, format_table
 
     card = (TINY_ROOKWORLD / "README.md").read_text()
-    assert "rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-eval --depth 8" in card
-    table = card.split("## Numbers")[1].split("```")[1].strip()
-    metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", settings=EngineSettings(depth=8),
-                       progress=False)
-    assert format_table(metrics) == table
-    # The second panel: the GRPO positions, also never in the SFT data.
-    grpo = card.split("## Numbers on the GRPO positions")[1]
-    assert "rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-train --depth 8" in grpo
-    metrics = evaluate("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-train", settings=EngineSettings(depth=8),
-                       progress=False)
-    assert format_table(metrics) == grpo.split("```")[1].strip()
+    # Three panels: the held-out positions, the GRPO positions (also never in the SFT data), lines SFT trained on.
+    for heading, data in (("## Numbers (held-out", "tiny-rookworld-eval"),
+                          ("## Numbers on the GRPO positions", "tiny-rookworld-train"),
+                          ("## Numbers on lines it was trained on", "tiny-rookworld-sft-sample")):
+        section = card.split(heading)[1].split("\n## ")[0]
+        assert f"rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/{data} --depth 8" in section
+        metrics = evaluate("rookgrpo/tiny-rookworld", f"rookgrpo/{data}", settings=EngineSettings(depth=8),
+                           progress=False)
+        assert format_table(metrics) == section.split("```")[1].strip(), heading
 
 
 @pytest.mark.slow

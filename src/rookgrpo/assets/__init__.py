@@ -68,10 +68,14 @@ def _code_rows(source: str, chat: bool):
 # name → packaged data file.
 DATASETS = {
     "smoke-prompts": ASSETS_DIR / "smoke_prompts.jsonl",
-    # RookWorld lines (compact layout) shipped with the tiny model: GRPO positions and held-out evaluation positions.
+    # RookWorld lines (compact layout) shipped with the tiny model: GRPO positions, held-out evaluation positions and a
+    # sample of the lines its SFT stage trained on (to set its held-out numbers against).
     "tiny-rookworld-train": TINY_ROOKWORLD / "train_positions.txt",
     "tiny-rookworld-eval": TINY_ROOKWORLD / "eval_positions.txt",
+    "tiny-rookworld-sft-sample": TINY_ROOKWORLD / "sft_sample.txt",
 }
+
+
 def _fill_in_rows():
     from datasets import Dataset
 
