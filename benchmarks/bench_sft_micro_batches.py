@@ -11,11 +11,14 @@ with replacement from the packaged positions (the SFT lines themselves are not p
 `sft.txt` instead). Each trainer is built once and trained in interleaved blocks (1, 2, 4, 1, 2, 4, ...), the first
 block of each a warm-up. Reported: median step time per arm and its ratio to the first arm's, with a 95% paired
 bootstrap interval over blocks; `--own` adds the own-list terms to every step, as v3's last 40% of steps had them.
-An arm ``K:ACTIVATION`` (e.g. ``4:gelu_new``) runs K micro-batches with the model's GELU set to ACTIVATION
-(`build_tiny_model.py --activation`); a plain ``K`` keeps the packaged config's.
+An arm ``K:OPTION...`` runs K micro-batches with the model's config changed: an activation (``4:gelu_new``, the GELU
+of `build_tiny_model.py --activation`) or ``dropout=P`` (``4:dropout=0``, `--dropout`); a plain ``K`` keeps the
+packaged config's (dropout 0.1). Gradient checkpointing is off, as in the build (TRL's `SFTConfig` turns it on by
+default; timings at commit `0043756` and `be3ecfe` had it on, so they included a second forward pass per step).
 
     python benchmarks/bench_sft_micro_batches.py [--steps 8] [--blocks 5] [--arms 1 2 4] [--own] [--out result.json]
     python benchmarks/bench_sft_micro_batches.py --arms 4 4:gelu_new     # the GELU kernel, at the build's setting
+    python benchmarks/bench_sft_micro_batches.py --arms 4 4:dropout=0    # the dropout masks
 """
 
 from __future__ import annotations
@@ -68,10 +71,26 @@ class StepTimer:
         self.callback, self.times, self.started = _Callback(), [], 0.0
 
 
-def parse_arm(arm: str) -> tuple[int, str | None]:
-    """``"4"`` -> (4, None); ``"4:gelu_new"`` -> (4, "gelu_new")."""
-    k, _, activation = arm.partition(":")
-    return int(k), activation or None
+def parse_arm(arm: str) -> tuple[int, dict]:
+    """An arm: ``K`` micro-batches, then ``:``-separated changes to the model's config.
+
+    >>> parse_arm("4")
+    (4, {})
+    >>> parse_arm("4:gelu_new:dropout=0")
+    (4, {'activation_function': 'gelu_new', 'embd_pdrop': 0.0, 'attn_pdrop': 0.0, 'resid_pdrop': 0.0})
+    """
+    k, *options = arm.split(":")
+    config = {}
+    for option in options:
+        name, eq, value = option.partition("=")
+        if name == "dropout" and eq:
+            config.update({key: float(value) for key in ("embd_pdrop", "attn_pdrop", "resid_pdrop")})
+        elif name in build_tiny_model.ACTIVATION_TEXT and not eq:
+            config["activation_function"] = name
+        else:
+            raise ValueError(f"unknown option {option!r}: expected an activation "
+                             f"({', '.join(sorted(build_tiny_model.ACTIVATION_TEXT))}) or dropout=P")
+    return int(k), config
 
 
 def build(arm: str, lines: list[str], steps: int, own: bool, bf16: bool, out: str):
@@ -83,14 +102,13 @@ def build(arm: str, lines: list[str], steps: int, own: bool, bf16: bool, out: st
 
     path = resolve_model("rookgrpo/tiny-rookworld")
     tok = AutoTokenizer.from_pretrained(path)
-    micro_batches, activation = parse_arm(arm)
-    kwargs = {"activation_function": activation} if activation else {}
-    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", **kwargs)
+    micro_batches, config_changes = parse_arm(arm)
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", **config_changes)
     config = SFTConfig(output_dir=out, use_cpu=not torch.cuda.is_available(), bf16=bf16, tf32=False, seed=0,
                        max_steps=steps, learning_rate=1e-4, lr_scheduler_type="constant",
                        per_device_train_batch_size=64, max_length=256, completion_only_loss=False,
                        save_strategy="no", eval_strategy="no", logging_steps=steps, report_to="none",
-                       disable_tqdm=True, dataloader_num_workers=0)
+                       disable_tqdm=True, dataloader_num_workers=0, gradient_checkpointing=False)
     timer = StepTimer()
     own_terms = build_tiny_model.OwnLists(tok, 0.2, 5.0) if own else None
     trainer = build_tiny_model._unlikelihood_trainer(SFTTrainer)(
@@ -105,25 +123,21 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=8, help="optimizer steps per block")
     ap.add_argument("--blocks", type=int, default=5, help="measured blocks per arm (after one warm-up block)")
     ap.add_argument("--arms", nargs="+", default=["1", "2", "4"],
-                    help="--micro_batches values, each optionally with :ACTIVATION (e.g. 4:gelu_new); the first is the "
-                         "one the others are compared with")
+                    help="--micro_batches values, each optionally with :OPTION changes to the config (4:gelu_new, "
+                         "4:dropout=0); the first is the one the others are compared with")
     ap.add_argument("--own", action="store_true", help="the own-list terms on every step (v3's last 40%%)")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false", help="fp32 instead of the build's bf16 autocast")
     ap.add_argument("--work", default=None, help="a build's work dir: time on its sft.txt lines")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    activations = build_tiny_model.ACTIVATION_TEXT
     try:
         parsed = [parse_arm(a) for a in args.arms]
-    except ValueError:
-        ap.error(f"--arms: each arm is K or K:ACTIVATION with K an integer, got {args.arms}")
+    except ValueError as e:
+        ap.error(f"--arms: each arm is K[:OPTION...] with K an integer, got {args.arms}: {e}")
     if args.steps < 1 or args.blocks < 2 or len(args.arms) < 2 or len(set(args.arms)) != len(args.arms) \
             or not all(1 <= k <= 64 for k, _ in parsed):
         ap.error("--steps must be at least 1, --blocks at least 2, and --arms at least two different arms with K in "
                  "[1, 64]")
-    unknown = [a for (_, a) in parsed if a and a not in activations]
-    if unknown:
-        ap.error(f"--arms: unknown activation {unknown[0]!r}; expected one of {sorted(activations)}")
 
     lines = sft_stream(64 * args.steps, args.work)
     times = {k: [] for k in args.arms}
@@ -138,6 +152,7 @@ def main(argv=None):
                 if b > 0:
                     times[k].append(list(timer.times))
     base = args.arms[0]
+    changed = {key for _, config in parsed for key in config}
     median = {k: statistics.median([t for blk in v for t in blk]) for k, v in times.items()}
     ratios = {k: ratio_interval(times[base], times[k]) for k in args.arms[1:]}
     # Each arm keeps training its own copy of the model block after block on the same lines; with the build's dropout
@@ -148,7 +163,7 @@ def main(argv=None):
             + (f"{drift[k]:.1e}" if k != base else "–") + " |" for k in args.arms]
     source = f"`{args.work}/sft.txt`" if args.work else "the packaged positions"
     table = "\n".join([
-        f"| micro-batches per batch of 64 | median step (s) | step time / arm {base} | steps measured | largest gap in "
+        f"| micro-batches per batch of 64[:config change] | median step (s) | step time / arm {base} | steps measured | largest gap in "
         "a block's training loss |",
         "| --- | --- | --- | --- | --- |",
         *rows,
@@ -158,12 +173,15 @@ def main(argv=None):
         "intervals over blocks in brackets. Each arm trains its own copy of the packaged model through all "
         f"{args.blocks + 1} blocks on the same lines; the last column is the largest difference between its mean "
         f"training loss in a block and arm {base}'s (nats per token): dropout (0.1, as in the build) draws differ "
-        "between arms, so it is that noise; the gradient's equality is checked without dropout by the tests.",
+        "between arms, so it is that noise; the gradient's equality is checked without dropout by the tests"
+        + (" (an arm with other dropout trains differently: its gap is not only noise)." if "resid_pdrop" in changed
+           else "."),
     ])
     command = (f"python benchmarks/bench_sft_micro_batches.py --steps {args.steps} --blocks {args.blocks} --arms "
                + " ".join(map(str, args.arms)) + (" --own" if args.own else "") + ("" if args.bf16 else " --no-bf16")
                + (f" --work {args.work}" if args.work else ""))
-    varied = (["the GELU kernel"] if any(a for _, a in parsed) else []) + (
+    varied = (["the GELU kernel"] if "activation_function" in changed else []) + (
+        ["dropout"] if "resid_pdrop" in changed else []) + (
         ["the whole batch against length-sorted micro-batches"] if len({k for k, _ in parsed}) > 1 else [])
     result = {
         "title": "The tiny model's SFT step: " + " and ".join(varied)

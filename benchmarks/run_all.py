@@ -34,6 +34,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("sft_micro_batches", "bench_sft_micro_batches", []),
     ("sft_micro_batches_own", "bench_sft_micro_batches", ["--arms", "1", "4", "--own"]),
     ("sft_activation", "bench_sft_micro_batches", ["--arms", "4", "4:gelu_new"]),
+    ("sft_dropout", "bench_sft_micro_batches", ["--arms", "4", "4:dropout=0"]),
     ("resampling_cost", "bench_resampling", []),
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
     ("judge", "bench_judge", ["--seeds", "5"]),

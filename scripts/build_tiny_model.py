@@ -118,8 +118,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "function from seven tensor ops as transformers' GPT-2 writes it (gelu_new; v3 was trained\n"
                         "with it: its command needs it to compute what v3's build computed). Outputs agree to 1 ulp. gelu_new\n"
                         "took 1.47x the fused kernel's time in make train's fp32 GRPO step (bench_precision.py) but\n"
-                        "1.03 [0.97, 1.10]x in this build's bf16 SFT step with 4 micro-batches (bench_sft_micro_batches.py\n"
+                        "1.08 [1.05, 1.11]x in this build's bf16 SFT step with 4 micro-batches (bench_sft_micro_batches.py\n"
                         "--arms 4 4:gelu_new). Also applies to an --init_from model")
+    p.add_argument("--dropout", type=float, default=0.1,
+                   help="GPT-2's dropout (embedding, attention and residual) during SFT: 0.1 is GPT-2's default and\n"
+                        "v3's. The tiny models are fit-bound (no better on lines they trained on than on held-out\n"
+                        "ones), so this regularisation buys them nothing measured, and on a 2-core CPU drawing its\n"
+                        "masks is a large share of an SFT step (bench_sft_micro_batches.py --arms 4 4:dropout=0).\n"
+                        "Also applies to an --init_from model. GRPO recipes switch dropout off (disable_dropout)")
     p.add_argument("--m_order", choices=("random", "rank"), default="random",
                    help="order of the M: moves in the SFT lines: random (as generated, RookWorld's) or engine rank "
                         "(B: first, then by eval; rookgrpo.chess.data.rank_moves). Measured on the shipped build's "
@@ -155,6 +161,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("a_share", "sft_a_share"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             p.error(f"--{name} must be within [0, 1], got {getattr(args, name)}")
+    if not 0.0 <= args.dropout < 1.0:
+        p.error(f"--dropout must be within [0, 1), got {args.dropout}")
     for name in ("unlikelihood", "own_target", "own_unlikelihood"):
         if getattr(args, name) < 0:
             p.error(f"--{name} must be at least 0, got {getattr(args, name)}")
@@ -241,10 +249,11 @@ def to_pairs(lines: list[str]):
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
-            "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed")
+            "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed", "dropout")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
-                    "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None}
+                    "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None,
+                    "dropout": 0.1}
 
 
 def sft_args(args) -> dict:
@@ -533,8 +542,10 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # A checkpoint every eighth of the run: a stopped build resumes from the last one (same arguments).
         save_strategy="steps", save_steps=max(1, steps // 8), save_total_limit=1, report_to="none", dataloader_num_workers=2 if gpu else 0, gradient_checkpointing=False,
         # Eager attention: with bf16 autocast on the 2-core reference CPU it ran a step ~15% faster than SDPA.
-        # The activation is set here too, so that it also holds for an --init_from model (and the saved config names it).
-        model_init_kwargs={"attn_implementation": "eager", "activation_function": args.activation},
+        # The activation and dropout are set here too, so that they also hold for an --init_from model (and the saved
+        # config names them).
+        model_init_kwargs={"attn_implementation": "eager", "activation_function": args.activation,
+                           **{k: args.dropout for k in ("embd_pdrop", "attn_pdrop", "resid_pdrop")}},
         # Random order, not grouped by length: grouping halved the step time but made batches single-task (P: and
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
@@ -942,7 +953,7 @@ def _sft_text(build: dict) -> str:
   {a.get('sft_a_share', 1.0):.0%} of the mix ({sft.get('train_lines', '?')} lines), M: moves in
   {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole
   line{_unlikelihood_text(a)}, {_length_text(a, sft)}, lr {a['lr']} cosine, batch {a['batch_size']}{_micro_text(a)}, {precision},
-  {ACTIVATION_TEXT[_recorded(a)['activation']]};
+  {ACTIVATION_TEXT[_recorded(a)['activation']]}, dropout {_recorded(a)['dropout']:g};
   final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions
   {_fmt(sft.get('final_eval_loss'))} (nats per token).
 """

@@ -58,7 +58,7 @@ def test_a_rebuild_with_the_same_seed_is_identical(tmp_path):
     assert f"(P: rows {fit['n_policy']}, A: rows" in card.split("## Numbers on lines it was trained on")[1]
     # New builds use the fused tanh GELU, and the card says so.
     assert json.loads((first / "config.json").read_text())["activation_function"] == "gelu_pytorch_tanh"
-    assert "tanh GELU as one fused kernel (`gelu_pytorch_tanh`)" in card
+    assert "tanh GELU as one fused kernel (`gelu_pytorch_tanh`), dropout 0.1;" in card
 
 
 def test_board_tokenizer_and_unlikelihood_build(tmp_path):
@@ -86,7 +86,7 @@ def test_init_from_continues_a_finished_build(tmp_path):
     base = tmp_path / "base" / "work" / "final"
     proc = build(tmp_path, "more", "--init_from", str(base), "--unlikelihood", "1.0", "--own_target", "2.0",
                  "--own_from", "2", "--lr", "1e-3", "--n_layer", "2", "--micro_batches", "2",
-                 "--activation", "gelu_new")
+                 "--activation", "gelu_new", "--dropout", "0")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "more" / "out"
     history = json.loads((tmp_path / "more" / "work" / "final" / "sft_log_history.json").read_text())
@@ -106,6 +106,12 @@ def test_init_from_continues_a_finished_build(tmp_path):
     assert json.loads((base / "config.json").read_text())["activation_function"] == "gelu_pytorch_tanh"
     assert json.loads((out / "config.json").read_text())["activation_function"] == "gelu_new"
     assert "as transformers' `gelu_new` writes it" in card
+    # So does --dropout (the init model was saved with GPT-2's 0.1).
+    pdrops = ("embd_pdrop", "attn_pdrop", "resid_pdrop")
+    assert [json.loads((base / "config.json").read_text())[k] for k in pdrops] == [0.1] * 3
+    assert [json.loads((out / "config.json").read_text())[k] for k in pdrops] == [0.0] * 3 and "dropout 0;" in card
+    proc = build(tmp_path, "bad_dropout", "--dropout", "1")
+    assert proc.returncode != 0 and "--dropout must be within [0, 1), got 1.0" in proc.stderr
     proc = build(tmp_path, "nothing", "--own_from", "5")
     assert proc.returncode != 0 and "--own_from 5 has nothing to start" in proc.stderr
     proc = build(tmp_path, "missing", "--init_from", str(tmp_path / "nowhere"))
