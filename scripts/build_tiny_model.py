@@ -123,9 +123,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dropout", type=float, default=0.1,
                    help="GPT-2's dropout (embedding, attention and residual) during SFT: 0.1 is GPT-2's default and\n"
                         "v3's. The tiny models are fit-bound (no better on lines they trained on than on held-out\n"
-                        "ones), so this regularisation buys them nothing measured, and on a 2-core CPU drawing its\n"
-                        "masks is a large share of an SFT step (bench_sft_micro_batches.py --arms 4 4:dropout=0).\n"
-                        "Also applies to an --init_from model. GRPO recipes switch dropout off (disable_dropout)")
+                        "ones); 0 takes 0.76 [0.71, 0.79] of the step time (bench_sft_micro_batches.py --arms 4\n"
+                        "4:dropout=0) and fit v3 faster in a 300-step continuation, but broke its greedy format\n"
+                        "there (six evals for five moves; docs/tiny-model.md). Also applies to an --init_from model.\n"
+                        "GRPO recipes switch dropout off (disable_dropout)")
     p.add_argument("--m_order", choices=("random", "rank"), default="random",
                    help="order of the M: moves in the SFT lines: random (as generated, RookWorld's) or engine rank "
                         "(B: first, then by eval; rookgrpo.chess.data.rank_moves). Measured on the shipped build's "
