@@ -40,6 +40,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "src" / "rookgrpo" / "assets" / "tiny-rookworld"
@@ -752,7 +753,7 @@ def main(argv=None) -> int:
 
 
 def finish(args, work: Path, splits: dict[str, list[str]], argv, base: dict | None = None) -> None:
-    """Evaluate the SFT model on the held-out positions and write the package assets with their model card.
+    """Evaluate the SFT model on each of :data:`PANELS` and write the package assets with their model card.
 
     ``base``: the build_info of the finished build this one continues (:func:`init_build`), recorded in this one's.
     """
@@ -771,19 +772,13 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv, base: dict | No
                  "them.")
     t0 = time.time()
     settings = EngineSettings(depth=args.eval_depth, workers=args.workers)
-    metrics = evaluate(str(model_dir), str(work / "eval.txt"), settings=settings)
-    # The GRPO positions were never in SFT either: a second held-out panel, four times the size, for the SFT model
-    # (not for a GRPO run, which trains on them). A 300-step continuation that raised best move with z 2.1 on the
-    # evaluation positions changed it by -0.009 (z -1.2) here (docs/tiny-model.md).
-    grpo_metrics = evaluate(str(model_dir), str(work / "grpo.txt"), settings=settings)
-    # And lines the SFT stage trained on, as many as the GRPO panel: no better there than held out means fit-bound.
+    # The third panel's lines: drawn here, since they depend on the SFT stage's arguments (its mix).
     fit = fit_sample(sft_mix(splits["sft"], args.sft_a_share, _sft_seed(vars(args))), args.n_grpo, args.seed)
     (work / "sft_sample.txt").write_text("".join(line + "\n" for line in fit))
-    fit_metrics = evaluate(str(model_dir), str(work / "sft_sample.txt"), settings=settings)
+    metrics = {p.key: evaluate(str(model_dir), str(work / p.work_file), settings=settings) for p in PANELS}
     t_eval = time.time() - t0
-    print(format_table(metrics), flush=True)
-    print("On the GRPO positions:\n" + format_table(grpo_metrics), flush=True)
-    print("On lines it was trained on:\n" + format_table(fit_metrics), flush=True)
+    for p in PANELS:
+        print(f"{p.heading.format(depth=args.eval_depth)}:\n{format_table(metrics[p.key])}", flush=True)
 
     def summary(m: dict) -> dict:  # an evaluation's metrics, without its per-row data
         return {k: v for k, v in m.items() if k not in ("samples", "model", "data", *PER_ROW_KEYS)}
@@ -796,9 +791,8 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv, base: dict | No
               "tokenizer_config.json", "special_tokens_map.json"):
         if (model_dir / f).exists():
             shutil.copy2(model_dir / f, tmp / f)
-    shutil.copy2(work / "grpo.txt", tmp / "train_positions.txt")
-    shutil.copy2(work / "eval.txt", tmp / "eval_positions.txt")
-    shutil.copy2(work / "sft_sample.txt", tmp / "sft_sample.txt")
+    for p in PANELS:
+        shutil.copy2(work / p.work_file, tmp / p.packaged_file)
     stage_info = {name: json.loads((work / f"{name}_info.json").read_text())
                   for name in ("data", "sft") if (work / f"{name}_info.json").exists()}
     build = {
@@ -809,17 +803,14 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv, base: dict | No
         "stages": {**stage_info, "finish": {"seconds": round(t_eval)}},
         "parameters": _n_params(model_dir),
         "architecture": _architecture(model_dir),
-        "eval": summary(metrics),
-        "eval_grpo_positions": summary(grpo_metrics),
-        "eval_sft_sample": summary(fit_metrics),
-        "samples": metrics["samples"],
+        **{p.key: summary(metrics[p.key]) for p in PANELS},
+        "samples": metrics["eval"]["samples"],
     }
     if base is not None:
         # The build this one continues, as its own build_info recorded it (its per-row samples left out).
         build["init"] = {k: v for k, v in base.items() if k != "samples"}
     (tmp / "build_info.json").write_text(json.dumps(build, indent=2))
-    (tmp / "README.md").write_text(model_card(build, format_table(metrics), format_table(grpo_metrics),
-                                                    format_table(fit_metrics)))
+    (tmp / "README.md").write_text(model_card(build, {p.key: format_table(metrics[p.key]) for p in PANELS}))
     shutil.rmtree(out, ignore_errors=True)
     os.rename(tmp, out)
     print(f"wrote {out} ({sum(f.stat().st_size for f in out.iterdir()) / 1e6:.1f} MB)")
@@ -861,7 +852,8 @@ ACTIVATION_TEXT = {"gelu_pytorch_tanh": "GPT-2's tanh GELU as one fused kernel (
                    "gelu_new": "GPT-2's tanh GELU as transformers' `gelu_new` writes it (seven tensor ops)"}
 
 
-def model_card(build: dict, table: str, grpo_table: str, fit_table: str) -> str:
+def model_card(build: dict, tables: dict[str, str]) -> str:
+    """The model card; ``tables``: each panel's evaluation table (``format_table``) by its key in :data:`PANELS`."""
     a = build["args"]
     shape = build.get("architecture", a)  # the saved model's own shape (an --init_from build ignores the shape args)
     init = build.get("init")
@@ -889,42 +881,56 @@ not a chess player, and it knows openings only: every position it was taught com
 
 ## How it was made
 
-{made}
-## Numbers (held-out positions, greedy decoding, Stockfish depth {a['eval_depth']})
+{made}""" + "".join(_panel_section(p, tables[p.key], a["eval_depth"]) for p in PANELS)
 
-```
+
+def _panel_section(p: "Panel", table: str, depth: int) -> str:
+    text = f"{p.text}\n\n" if p.text else ""
+    return f"""
+## {p.heading.format(depth=depth)}
+
+{text}```
 {table}
 ```
 
-Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-eval --depth {a['eval_depth']}`.
-
-## Numbers on the GRPO positions (a second held-out panel, four times the size)
-
-The GRPO training positions were never in the SFT data either, so for this model they are held out too (not for a
-model GRPO has trained on them). Compare SFT models on both panels: a change of a few rows on the first is noise.
-
-```
-{grpo_table}
-```
-
-Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-train --depth {a['eval_depth']}`.
-
-## Numbers on lines it was trained on
-
-{FIT_TEXT}
-
-```
-{fit_table}
-```
-
-Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/tiny-rookworld-sft-sample --depth {a['eval_depth']}`.
+Reproduce: `rookgrpo evaluate --model rookgrpo/tiny-rookworld --data rookgrpo/{p.alias} --depth {depth}`.
 """
 
 
-FIT_TEXT = """As many lines as the GRPO panel, with its A: share, drawn from the lines the SFT stage trained on (one copy
+class Panel(NamedTuple):
+    """A set of lines the finish stage evaluates the SFT model on; packaged, with a section in the model card."""
+
+    key: str  # the evaluation's key in build_info.json
+    work_file: str  # in --work
+    alias: str  # rookgrpo/<alias>: a packaged data name (rookgrpo.assets.DATASETS)
+    heading: str  # the card section's ({depth}: the evaluation's Stockfish depth)
+    text: str  # what the card says before the table ("" for nothing)
+
+    @property
+    def packaged_file(self) -> str:
+        from rookgrpo.assets import DATASETS
+
+        return DATASETS[self.alias].name
+
+
+PANELS = (
+    Panel("eval", "eval.txt", "tiny-rookworld-eval", "Numbers (held-out positions, greedy decoding, Stockfish depth {depth})",
+          ""),
+    # The GRPO positions were never in SFT either: a second held-out panel, four times the size, for the SFT model (not
+    # for a GRPO run, which trains on them). A 300-step continuation that raised best move with z 2.1 on the evaluation
+    # positions changed it by -0.009 (z -1.2) here (docs/tiny-model.md).
+    Panel("eval_grpo_positions", "grpo.txt", "tiny-rookworld-train",
+          "Numbers on the GRPO positions (a second held-out panel, four times the size)",
+          """The GRPO training positions were never in the SFT data either, so for this model they are held out too (not for a
+model GRPO has trained on them). Compare SFT models on both panels: a change of a few rows on the first is noise."""),
+    # Lines the SFT stage trained on (fit_sample), as many as the GRPO panel: no better there than held out means
+    # fit-bound.
+    Panel("eval_sft_sample", "sft_sample.txt", "tiny-rookworld-sft-sample", "Numbers on lines it was trained on",
+          """As many lines as the GRPO panel, with its A: share, drawn from the lines the SFT stage trained on (one copy
 of each; `sft_sample.txt`). Set against the two held-out panels, they tell why the model misses a number: no better
 here than held out means it is fit-bound (more steps or width would raise the number, more data would not); much
-better here means it memorises."""
+better here means it memorises."""),
+)
 
 
 def _indent(text: str, n: int) -> str:
@@ -969,9 +975,9 @@ def _length_text(a: dict, sft: dict) -> str:
 
 def _time_text(build: dict) -> str:
     data, sft = build["stages"].get("data"), build["stages"].get("sft", {})
-    text = f"{_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}\n" \
+    text = f"data {_fmt(data.get('seconds'))} s on {data.get('machine', '?')} with {data.get('stockfish_workers', '?')}\n" \
            f"  Stockfish processes; " if data else ""
-    return f"""- run time: {'data ' + text if data else ''}SFT {_fmt(sft.get('seconds'))} s ({sft.get('steps', '?')} steps) on {sft.get('device', '?')};
+    return f"""- run time: {text}SFT {_fmt(sft.get('seconds'))} s ({sft.get('steps', '?')} steps) on {sft.get('device', '?')};
   evaluation {build['stages']['finish']['seconds']} s.
 """
 
