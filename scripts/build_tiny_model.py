@@ -123,11 +123,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "--arms 4 4:gelu_new). Also applies to an --init_from model")
     p.add_argument("--dropout", type=float, default=0.1,
                    help="GPT-2's dropout (embedding, attention and residual) during SFT: 0.1 is GPT-2's default and\n"
-                        "v3's. The tiny models are fit-bound (no better on lines they trained on than on held-out\n"
-                        "ones); 0 takes 0.76 [0.71, 0.79] of the step time (bench_sft_micro_batches.py --arms 4\n"
-                        "4:dropout=0) and fit v3 faster in a 300-step continuation, but broke its greedy format\n"
-                        "there (six evals for five moves; docs/tiny-model.md). Also applies to an --init_from model.\n"
-                        "GRPO recipes switch dropout off (disable_dropout)")
+                        "v3's. 0 takes 0.76 [0.71, 0.79] of the plain step time (bench_sft_micro_batches.py --arms 4\n"
+                        "4:dropout=0). Measured on v3's command with --micro_batches 4 from scratch: A: exact 0.211 ->\n"
+                        "0.387 and legal 0.719 -> 0.802 on the GRPO positions, but greedy format 0.940 -> 0.904 (six\n"
+                        "evals for five moves; docs/tiny-model.md). Also applies to an --init_from model. GRPO\n"
+                        "recipes switch dropout off (disable_dropout)")
     p.add_argument("--m_order", choices=("random", "rank"), default="random",
                    help="order of the M: moves in the SFT lines: random (as generated, RookWorld's) or engine rank "
                         "(B: first, then by eval; rookgrpo.chess.data.rank_moves). Measured on the shipped build's "
@@ -468,8 +468,8 @@ def fit_sample(mix: list[str], n: int, seed: int) -> list[str]:
     A: share (``HELD_OUT_A_SHARE``), a seeded draw in file order.
 
     Evaluated beside the held-out panels it separates the two ways a model misses a target: no better on lines it
-    was trained on than on held-out ones means it is fit-bound (more steps or width would help, more data would
-    not); much better means it memorises.
+    was trained on than on held-out ones means it is fit-bound (more steps, width or less regularisation would
+    help, more data would not); much better means it memorises.
 
     >>> fit_sample(["P: a", "A: b", "P: c", "P: a"], 4, seed=0)
     ['P: a', 'A: b', 'P: c']
@@ -928,8 +928,8 @@ model GRPO has trained on them). Compare SFT models on both panels: a change of 
     Panel("eval_sft_sample", "sft_sample.txt", "tiny-rookworld-sft-sample", "Numbers on lines it was trained on",
           """As many lines as the GRPO panel, with its A: share, drawn from the lines the SFT stage trained on (one copy
 of each; `sft_sample.txt`). Set against the two held-out panels, they tell why the model misses a number: no better
-here than held out means it is fit-bound (more steps or width would raise the number, more data would not); much
-better here means it memorises."""),
+here than held out means it is fit-bound (more steps, width or less regularisation would raise the number, more
+data would not); much better here means it memorises."""),
 )
 
 
