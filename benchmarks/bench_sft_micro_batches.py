@@ -84,7 +84,7 @@ def parse_arm(arm: str) -> tuple[int, dict]:
     for option in options:
         name, eq, value = option.partition("=")
         if name == "dropout" and eq:
-            config.update({key: float(value) for key in ("embd_pdrop", "attn_pdrop", "resid_pdrop")})
+            config.update(build_tiny_model.dropout_config(float(value)))
         elif name in build_tiny_model.ACTIVATION_TEXT and not eq:
             config["activation_function"] = name
         else:

@@ -463,8 +463,23 @@ def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
     return [line for line in lines if line.startswith("P:") or next(kept)]
 
 
+def trained_mix(args, sft_lines: list[str]) -> list[str]:
+    """The lines the SFT stage trains on: :func:`sft_mix` of the SFT split with ``--sft_a_share`` and the SFT seed
+    (:func:`_sft_seed`); the finish stage draws :func:`fit_sample` from it."""
+    return sft_mix(sft_lines, args.sft_a_share, _sft_seed(vars(args)))
+
+
+def dropout_config(p: float) -> dict[str, float]:
+    """GPT-2's config fields for dropout ``p`` on embeddings, attention and residuals (``--dropout``).
+
+    >>> dropout_config(0)
+    {'embd_pdrop': 0.0, 'attn_pdrop': 0.0, 'resid_pdrop': 0.0}
+    """
+    return {k: float(p) for k in ("embd_pdrop", "attn_pdrop", "resid_pdrop")}
+
+
 def fit_sample(mix: list[str], n: int, seed: int) -> list[str]:
-    """``n`` distinct lines the SFT stage trained on (``mix``: :func:`sft_mix`'s lines), with the held-out panels'
+    """``n`` distinct lines the SFT stage trained on (``mix``: :func:`trained_mix`'s lines), with the held-out panels'
     A: share (``HELD_OUT_A_SHARE``), a seeded draw in file order.
 
     Evaluated beside the held-out panels it separates the two ways a model misses a target: no better on lines it
@@ -498,7 +513,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     if args.m_order == "rank":
         sft_lines, held_lines = [rank_moves(x) for x in sft_lines], [rank_moves(x) for x in held_lines]
     seed = _sft_seed(vars(args))
-    sft_lines = sft_mix(sft_lines, args.sft_a_share, seed)
+    sft_lines = trained_mix(args, sft_lines)
     if args.init_from:
         from transformers import AutoConfig, AutoTokenizer
 
@@ -547,7 +562,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # The activation and dropout are set here too, so that they also hold for an --init_from model (and the saved
         # config names them).
         model_init_kwargs={"attn_implementation": "eager", "activation_function": args.activation,
-                           **{k: args.dropout for k in ("embd_pdrop", "attn_pdrop", "resid_pdrop")}},
+                           **dropout_config(args.dropout)},
         # Random order, not grouped by length: grouping halved the step time but made batches single-task (P: and
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
@@ -773,7 +788,7 @@ def finish(args, work: Path, splits: dict[str, list[str]], argv, base: dict | No
     t0 = time.time()
     settings = EngineSettings(depth=args.eval_depth, workers=args.workers)
     # The third panel's lines: drawn here, since they depend on the SFT stage's arguments (its mix).
-    fit = fit_sample(sft_mix(splits["sft"], args.sft_a_share, _sft_seed(vars(args))), args.n_grpo, args.seed)
+    fit = fit_sample(trained_mix(args, splits["sft"]), args.n_grpo, args.seed)
     (work / "sft_sample.txt").write_text("".join(line + "\n" for line in fit))
     metrics = {p.key: evaluate(str(model_dir), str(work / p.work_file), settings=settings) for p in PANELS}
     t_eval = time.time() - t0
