@@ -394,3 +394,83 @@ def test_micro_batches_arguments_are_checked(tmp_path):
     assert proc.returncode != 0 and "--micro_batches (9) must be at most --batch_size (8)" in proc.stderr
     proc = build(tmp_path, "zero", "--micro_batches", "0")
     assert proc.returncode != 0 and "--micro_batches must be at least 1, got 0" in proc.stderr
+
+
+def test_own_evals_slots_owe_an_eval_per_listed_move_then_b(tmp_path):
+    import torch
+    from transformers import AutoTokenizer
+
+    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    tok = AutoTokenizer.from_pretrained(build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32)))
+    own = _script().OwnLists(tok, evals=1.0)
+    assert own.max_new >= 64  # the greedy generation runs on through E:
+    prompt = tok("P: 4k3/8/8/8/8/8/8/4K3 b - - 0 1 M:")["input_ids"]
+    digit, b = own.eval_start, [own.b]
+
+    def walk(written):
+        ids = tok(written, add_special_tokens=False)["input_ids"]
+        slots, fields = own.eval_slots(torch.tensor([prompt + ids]), len(prompt))
+        spaces = [len(prompt) + i for i, t in enumerate(ids) if t == own.space][4:]  # the spaces after E:
+        return [(j, owed) for _, j, owed in slots], fields[0], spaces
+
+    # Three moves, three evals, then B: three spaces owe an eval, the fourth owes B, and the field is well-formed.
+    slots, ok, spaces = walk(" e8e7 e8d7 e8f7 E: 0.1 -0.25 0.0 B: e8e7")
+    assert slots == [(spaces[0], digit), (spaces[1], digit), (spaces[2], digit), (spaces[3], b)] and ok is True
+    # Four evals for three moves (the no-dropout build's failure): the space before the fourth owes B.
+    slots, ok, spaces = walk(" e8e7 e8d7 e8f7 E: 0.3 0.3 0.3 0.3 B: e8e7")
+    assert slots == [(spaces[0], digit), (spaces[1], digit), (spaces[2], digit), (spaces[3], b)] and ok is False
+    # One eval for three moves: the space where B came early owes an eval, and the walk ends there.
+    slots, ok, spaces = walk(" e8e7 e8d7 e8f7 E: 0.3 B: e8e7")
+    assert slots == [(spaces[0], digit), (spaces[1], digit)] and ok is False
+    # No E: after the list (or no list): nothing owed here, and the field is not judged.
+    assert own.eval_slots(torch.tensor([prompt + tok(" e8e7 B: e8e7", add_special_tokens=False)["input_ids"]]),
+                          len(prompt)) == ([], [None])
+
+
+def test_own_evals_term_teaches_a_model_to_stop_its_e_field_at_its_move_count(tmp_path):
+    """A model taught to write four evals for three moves: the term equals its definition on its greedy line, and a
+    few steps on it alone raise P(B) where the fourth eval began."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    torch.manual_seed(0)
+    fen = "4k3/8/8/8/8/8/8/4K3 b - - 0 1"
+    tok.padding_side = "right"
+    enc = tok([f"P: {fen} M: e8e7 e8d7 e8f7 E: 0.3 0.3 0.3 0.3 B: e8e7"], return_tensors="pt")
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(150):  # teach the miscount by cross-entropy
+        opt.zero_grad()
+        logits = model(**enc).logits[:, :-1]
+        F.cross_entropy(logits.reshape(-1, len(tok)), enc["input_ids"][:, 1:].reshape(-1)).backward()
+        opt.step()
+    model.eval()
+    ids = tok([f"P: {fen} M: e8e7 e8d7 e8f7 E: 0.1 0.2 0.3 B: e8e7"], return_tensors="pt")["input_ids"]
+    third = tok(f"P: {fen} M: e8e7 e8d7 e8f7 E: 0.3 0.3 0.3 ", return_tensors="pt")["input_ids"]
+
+    def p_b_after_three():
+        with torch.no_grad():
+            return float(torch.softmax(model(input_ids=third).logits[0, -1], -1)[own.b])
+
+    own = _script().OwnLists(tok, evals=1.0)
+    before = p_b_after_three()
+    assert before < 0.5
+    term = own(model, ids)
+    assert own.last["eval_count_ok"] == 0.0 and own.last["list_len"] == 3
+    with torch.no_grad():  # by hand: spaces after E: owe an eval, an eval, an eval, then B
+        logp = torch.log_softmax(model(input_ids=third).logits[0], -1)
+        spaces = [i for i, t in enumerate(third[0].tolist()) if t == own.space][-4:]
+        owed = [own.eval_start] * 3 + [[own.b]]
+        expected = -torch.stack([torch.logsumexp(logp[j, o], 0) for j, o in zip(spaces, owed)]).mean()
+    assert torch.allclose(term, expected, rtol=1e-4), (term, expected)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(10):
+        opt.zero_grad()
+        own(model, ids).backward()
+        opt.step()
+    assert p_b_after_three() > 2 * before, (before, p_b_after_three())
