@@ -212,6 +212,17 @@ def test_repeat_unlikelihood_pushes_down_moves_already_listed_in_m(tmp_path):
     assert penalised < 0.5 * plain, (penalised, plain)
 
 
+def _steps_on(own, model, ids, steps: int = 10):
+    """``steps`` Adam steps (lr 1e-3) on an :class:`OwnLists`'s terms alone."""
+    import torch
+
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        opt.zero_grad()
+        own(model, ids).backward()
+        opt.step()
+
+
 def test_own_lists_slots_follow_the_models_list_and_owe_the_lines_moves(tmp_path):
     import torch
     from transformers import AutoTokenizer
@@ -303,12 +314,7 @@ def test_own_lists_push_down_the_models_own_repeat_and_pay_the_lines_unlisted_mo
                     unlikely.append(-torch.log1p(-logp[pos, e8e7].exp()))
     expected = 0.2 * torch.stack(target).mean() + 5.0 * torch.stack(unlikely).mean()
     assert torch.allclose(term, expected, rtol=1e-4), (term, expected)
-
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for _ in range(10):
-        opt.zero_grad()
-        own(model, ids).backward()
-        opt.step()
+    _steps_on(own, model, ids)
     repeat_after, owed_after = at_second_slot()
     assert repeat_after < 0.5 * repeat_before and owed_after > owed_before, (repeat_before, repeat_after)
 
@@ -468,9 +474,5 @@ def test_own_evals_term_teaches_a_model_to_stop_its_e_field_at_its_move_count(tm
         owed = [own.eval_start] * 3 + [[own.b]]
         expected = -torch.stack([torch.logsumexp(logp[j, o], 0) for j, o in zip(spaces, owed)]).mean()
     assert torch.allclose(term, expected, rtol=1e-4), (term, expected)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    for _ in range(10):
-        opt.zero_grad()
-        own(model, ids).backward()
-        opt.step()
+    _steps_on(own, model, ids)
     assert p_b_after_three() > 2 * before, (before, p_b_after_three())
