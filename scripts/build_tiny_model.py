@@ -173,12 +173,12 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--{name} must be within [0, 1], got {getattr(args, name)}")
     if not 0.0 <= args.dropout < 1.0:
         p.error(f"--dropout must be within [0, 1), got {args.dropout}")
-    for name in ("unlikelihood", "own_target", "own_unlikelihood", "own_evals"):
+    for name in ("unlikelihood", *OWN_TERMS):
         if getattr(args, name) < 0:
             p.error(f"--{name} must be at least 0, got {getattr(args, name)}")
     if args.own_from < 0:
         p.error(f"--own_from must be at least 0, got {args.own_from}")
-    if args.own_from and not (args.own_target or args.own_unlikelihood or args.own_evals):
+    if args.own_from and not any(getattr(args, name) for name in OWN_TERMS):
         p.error(f"--own_from {args.own_from} has nothing to start: give --own_target, --own_unlikelihood or "
                 "--own_evals")
     if args.micro_batches > args.batch_size:
@@ -256,6 +256,9 @@ def to_pairs(lines: list[str]):
     rows = [rookworld_row(line) for line in lines]
     return Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows if r])
 
+
+# The weights of OwnLists' terms: any of them above 0 turns the greedy own-list pass on.
+OWN_TERMS = ("own_target", "own_unlikelihood", "own_evals")
 
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
@@ -441,14 +444,14 @@ class OwnLists:
         M: list, by ``B``: a space owes the eval characters' first (``EVAL_START``) while evals are due, ``B`` when
         none is. The walk ends at the first space that got what it did not owe, at ``B``, or where the field breaks.
         """
-        out, counts = [], []
+        out, fields = [], []
         for b, row in enumerate(seq.tolist()):
             j, n = width, 0
             while j + 1 < len(row) and row[j] == self.space and row[j + 1] in self.find.moves:
                 j, n = j + 2, n + 1
             if not (n and j + 2 < len(row) and row[j] == self.space and row[j + 1] == self.find.e
                     and row[j + 2] == self.find.colon):
-                counts.append(None)
+                fields.append(None)
                 continue
             j, k, ok = j + 3, 0, False
             while j + 1 < len(row) and row[j] == self.space:
@@ -460,8 +463,15 @@ class OwnLists:
                 while j < len(row) and row[j] in self.eval_chars:
                     j += 1
                 k += 1
-            counts.append(ok)
-        return out, counts
+            fields.append(ok)
+        return out, fields
+
+    @staticmethod
+    def _owed(logp, owed: list[list[int]]):
+        """Mean over slots of ``-log P(one of the tokens owed there)``; row ``i`` of ``logp`` is slot ``i``."""
+        import torch
+
+        return -torch.stack([torch.logsumexp(logp[i, tokens], 0) for i, tokens in enumerate(owed)]).mean()
 
     def __call__(self, model, input_ids):
         """The weighted terms for this batch (a 0-d tensor), or ``None`` when there is nothing to charge."""
@@ -503,14 +513,14 @@ class OwnLists:
         total = logits.new_zeros((), dtype=torch.float32)
         if e_slots:
             logp = torch.log_softmax(logits[[b for b, *_ in e_slots], [j for _, j, _ in e_slots]].float(), dim=-1)
-            term = -torch.stack([torch.logsumexp(logp[i, owed], 0) for i, (*_, owed) in enumerate(e_slots)]).mean()
+            term = self._owed(logp, [owed for *_, owed in e_slots])
             self.last["evals"] = float(term.detach())
             total = total + self.evals * term
         if not slots:
             return total
         logp = torch.log_softmax(logits[[b for b, *_ in slots], [j for _, j, *_ in slots]].float(), dim=-1)
         if self.target:
-            term = -torch.stack([torch.logsumexp(logp[i, owed], 0) for i, (_, _, owed, _) in enumerate(slots)]).mean()
+            term = self._owed(logp, [owed for _, _, owed, _ in slots])
             self.last["target"] = float(term.detach())
             total = total + self.target * term
         pairs = [(i, m) for i, (*_, before) in enumerate(slots) for m in before]
@@ -638,7 +648,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
     own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood, start=args.own_from, evals=args.own_evals) \
-        if args.own_target or args.own_unlikelihood or args.own_evals else None
+        if any(getattr(args, name) for name in OWN_TERMS) else None
     if args.unlikelihood or own is not None or args.micro_batches > 1:
         trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), own,
                                                     model=str(init), args=config, train_dataset=train,
