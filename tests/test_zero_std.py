@@ -77,7 +77,7 @@ def test_observing_callbacks_and_zero_rounds_train_exactly_like_vanilla(tiny_mod
     vanilla = GRPOTrainer(model=str(tiny_model_dir), reward_funcs=mostly_flat, args=plain, train_dataset=flat_dataset)
     vanilla.train()
     rook = _trainer(tiny_model_dir, flat_dataset, tmp_path / "r", [ZeroStdResampling(max_rounds=0), Diagnostics()],
-                    max_steps=3, beta=0.04)
+                    max_steps=3, beta=0.04, position_ids_from_mask=False)  # TRL's scoring (tests/test_positions.py)
     rook.train()
     assert losses_and_rewards(rook.state.log_history) == losses_and_rewards(vanilla.state.log_history)
     assert _history(rook, "timing/generation")  # the diagnostics ran

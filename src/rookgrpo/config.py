@@ -2,8 +2,10 @@
 
 Every field carries ``metadata={"help": ...}`` so ``python -m rookgrpo --help`` documents it, as TRL's configs do.
 With every rookgrpo field at its default, ``RookGRPOConfig`` is a plain ``GRPOConfig``: same defaults, same checks,
-except one: on a machine without a GPU a recipe written for GPUs trains on CPU without mixed precision, with a
-one-line notice, instead of stopping with transformers' "Your setup doesn't support bf16/gpu".
+except two. On a machine without a GPU a recipe written for GPUs trains on CPU without mixed precision, with a
+one-line notice, instead of stopping with transformers' "Your setup doesn't support bf16/gpu". And
+``position_ids_from_mask`` is on: the loss scores a left-padded completion at the positions that sampled it
+(:mod:`rookgrpo.positions`), which TRL does not do for models with absolute position embeddings.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class RookGRPOConfig(GRPOConfig):
-    """``GRPOConfig`` plus rookgrpo's fields. Features are off unless a field switches them on.
+    """``GRPOConfig`` plus rookgrpo's fields. Features are off unless a field switches them on, except one
+    correction of TRL's scoring, ``position_ids_from_mask``.
 
     The checks here run before TRL's own so that common mistakes get a message that names the field and the fix.
     """
@@ -57,6 +60,17 @@ class RookGRPOConfig(GRPOConfig):
     task_column: str = field(
         default="task",
         metadata={"help": "Dataset column naming each row's task, for task_generation_kwargs (RookWorld: P or A)."},
+    )
+    position_ids_from_mask: bool = field(
+        default=True,
+        metadata={
+            "help": "Score completions at the positions generation used: forwards of the policy and reference that "
+            "bring no position_ids get them from the attention mask, as transformers' generate does. Without it, "
+            "models with learned absolute position embeddings (GPT-2, RookWorld-LM) score each completion of a "
+            "left-padded prompt shifted by its pad count, so the loss's log-probs and KL are not those of the "
+            "distribution that sampled it (TRL passes no position_ids). No effect on rotary models beyond rounding; "
+            "multimodal models are left alone. On by default; false reproduces TRL's scoring."
+        },
     )
 
     def __post_init__(self):

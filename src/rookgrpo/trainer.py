@@ -21,6 +21,7 @@ from .assets import resolve_model
 from .callbacks.registry import resolve_callbacks
 from .config import _check_num_generations
 from .errors import ConfigError
+from .positions import MaskPositions
 from .rewards.registry import resolve_reward_func
 
 
@@ -81,6 +82,7 @@ class RookGRPOTrainer(GRPOTrainer):
             from .task_sampling import TaskSettings
 
             self._task_settings = TaskSettings(self, self.args.task_generation_kwargs)
+        self._positions = MaskPositions(self, enabled=getattr(self.args, "position_ids_from_mask", True))
         for callback in self._rook_callbacks():
             callback.bind(self)
         self._register_hooks()
