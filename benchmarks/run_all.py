@@ -31,6 +31,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("code_exec", "bench_code_exec", []),
     ("step_time", "bench_step_time", []),
     ("precision", "bench_precision", []),
+    ("position_gap", "bench_position_gap", []),
     ("sft_micro_batches", "bench_sft_micro_batches", []),
     ("sft_micro_batches_own", "bench_sft_micro_batches", ["--arms", "1", "4", "--own"]),
     ("sft_activation", "bench_sft_micro_batches", ["--arms", "4", "4:gelu_new"]),
@@ -104,15 +105,33 @@ def packaged_model_changed_since(commit: str, repo: Path = HERE.parent, last: st
     ``commit`` is a result's stamp (``abc1234`` or ``abc1234+changes``). None when the weights are the same, or when
     git cannot tell (no repository, an unknown commit).
     """
-    last = last or last_model_change(repo)
-    if last is None:
+    return missing_from(commit, last or last_model_change(repo), repo)
+
+
+def missing_from(commit: str, change: str | None, repo: Path = HERE.parent) -> str | None:
+    """``change`` if it is not in the history of ``commit`` (a result's stamp); None when it is, or git cannot tell."""
+    if change is None:
         return None
-    return last if _git(repo, "merge-base", "--is-ancestor", last, commit.split("+")[0]).returncode == 1 else None
+    return change if _git(repo, "merge-base", "--is-ancestor", change, commit.split("+")[0]).returncode == 1 else None
+
+
+# Scripts that train with GRPO: a result of theirs measured before position_ids_from_mask scored GPT-2 completions at
+# shifted positions (docs/dynamics.md), which changes what those runs learned.
+TRAINS_GRPO = {"bench_judge", "bench_precision", "bench_resampling", "bench_selection", "bench_shapes",
+               "bench_step_time", "bench_tiny_grpo"}
+POSITIONS_MODULE = "src/rookgrpo/positions.py"
+
+
+def positions_fix(repo: Path = HERE.parent) -> str | None:
+    """The commit that added position_ids_from_mask; None when git cannot tell."""
+    added = _git(repo, "log", "--diff-filter=A", "--format=%h", "--", POSITIONS_MODULE)
+    return (added.stdout.strip().splitlines() or [None])[-1] if not added.returncode else None
 
 
 def write_report() -> None:
     now = provenance()
     model_changed = last_model_change()
+    fix = positions_fix()
     lines = [
         "# Benchmarks",
         "",
@@ -125,7 +144,7 @@ def write_report() -> None:
     ]
     if not BENCHMARKS:
         lines.append("No benchmarks yet.")
-    for name, _, _ in BENCHMARKS:
+    for name, script, _ in BENCHMARKS:
         path = RESULTS / f"{name}.json"
         if not path.exists():
             continue
@@ -142,6 +161,10 @@ def write_report() -> None:
                 lines += [f"**The packaged chess model has changed since** (commit `{changed}`): every number in this "
                           f"section describes the model and positions of commit `{m['commit']}`, not the ones "
                           "packaged now.", ""]
+            if script in TRAINS_GRPO and missing_from(m["commit"], fix):
+                lines += [f"**Trained before commit `{fix}`** (`position_ids_from_mask`): GPT-2 completions of "
+                          "left-padded prompts were scored at shifted positions, as TRL scores them "
+                          "(docs/dynamics.md). The numbers describe that trainer.", ""]
     DOCS.parent.mkdir(exist_ok=True)
     DOCS.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {DOCS}")

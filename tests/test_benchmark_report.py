@@ -40,6 +40,16 @@ def test_a_result_measured_before_the_model_changed_is_flagged(tmp_path):
     assert run_all.packaged_model_changed_since(v3, tmp_path) is None
     # A stamp git does not know (a result copied from another clone) is not guessed at.
     assert run_all.packaged_model_changed_since("0000000", tmp_path) is None
+    # The same for a training result measured before the scoring correction was added.
+    assert run_all.positions_fix(tmp_path) is None
+    module = tmp_path / run_all.POSITIONS_MODULE
+    module.parent.mkdir(parents=True, exist_ok=True)
+    module.write_text("x")
+    git("add", "-A")
+    git("commit", "-qm", "positions")
+    fix = git("rev-parse", "--short", "HEAD")
+    assert run_all.positions_fix(tmp_path) == fix
+    assert run_all.missing_from(v3, fix, tmp_path) == fix and run_all.missing_from(fix, fix, tmp_path) is None
 
 
 def test_bench_tiny_grpo_retables_a_saved_result_pairing_by_seed(tmp_path, monkeypatch):

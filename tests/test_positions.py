@@ -63,6 +63,15 @@ def test_generation_brings_its_own_positions_and_is_unchanged(tiny_model_dir):
     assert torch.equal(plain, hooked)
 
 
+def test_a_multimodal_model_is_left_alone(tiny_model_dir):
+    """Its rotary positions are 3-D and computed inside the model: 2-D ids from the mask would replace them."""
+    model, _, _ = _model_and_batch(tiny_model_dir)
+    model.config.vision_config = {"model_type": "stand-in"}
+    positions = MaskPositions(SimpleNamespace(model=model, ref_model=None))
+    assert positions.installed == [] and "multimodal" in positions.skipped["policy"]
+    assert getattr(backbone_of(model)[0], HANDLE, None) is None
+
+
 LAYOUTS = {
     "default": {},
     "buffered-batches": {"steps_per_generation": 2, "num_iterations": 2, "gradient_accumulation_steps": 2,
