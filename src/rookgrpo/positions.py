@@ -6,8 +6,9 @@ log-prob forwards (policy, old policy, reference) pass ``input_ids`` and ``atten
 left-padded, so on a model with learned absolute position embeddings (GPT-2, RookWorld-LM) a completion whose prompt
 has ``k`` pad tokens is scored ``k`` positions later than it was sampled. The loss's log-probs, the importance ratio
 and the KL term then describe a distribution that did not sample the tokens, and the update is applied to the model
-at positions that generation never uses. On the packaged chess model a P: prompt padded by 4-12 tokens lowers the
-summed log-prob of its sampled completion by 10-20 nats (``docs/dynamics.md``). Rotary-position models see only
+at positions that generation never uses. On ``make train``'s batches of the packaged chess model (about 70% of rows
+padded, by 5 to 8 tokens) TRL's log-probs lie 0.19 nats per token off the sampling distribution on P: completions
+and 0.50 on A: ones (``benchmarks/bench_position_gap.py``, ``docs/dynamics.md``). Rotary-position models see only
 relative offsets, so for them this changes nothing beyond float rounding.
 
 :class:`MaskPositions` puts a forward pre-hook on the backbone of each model in use (the policy and, when there is
