@@ -51,35 +51,35 @@ def measure_task(model, tok, prompts, settings, rows, group, max_new, batches, s
         enc = tok(chosen, return_tensors="pt", padding=True, add_special_tokens=False)
         torch.manual_seed(seed * 1000 + b)
         with torch.no_grad():
-            out = model.generate(**enc, do_sample=True, max_new_tokens=max_new, pad_token_id=tok.pad_token_id,
-                                 **{k: v for k, v in settings.items()})
-        n = out.size(1) - enc.input_ids.size(1)
-        completion = out[:, -n:]
+            ids = model.generate(**enc, do_sample=True, max_new_tokens=max_new, pad_token_id=tok.pad_token_id,
+                                 **settings)
+        n = ids.size(1) - enc.input_ids.size(1)
+        completion = ids[:, -n:]
         # TRL's completion mask: up to and including the first EOS
         is_eos = completion == tok.eos_token_id
-        first = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full((out.size(0),), n))
+        first = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full((ids.size(0),), n))
         keep = torch.arange(n)[None] <= first[:, None]
         mask = torch.cat([enc.attention_mask, keep.long()], 1)
-        trl = scored(model, out, mask, n, temperature)
-        fixed = scored(model, out, mask, n, temperature, positions_from_mask(mask))
-        for i in range(out.size(0)):
+        trl = scored(model, ids, mask, n, temperature)
+        fixed = scored(model, ids, mask, n, temperature, positions_from_mask(mask))
+        for i in range(ids.size(0)):
             real = mask[i].bool()
-            alone = scored(model, out[i][real][None], None, int(keep[i].sum()), temperature)[0]
+            alone = scored(model, ids[i][real][None], None, int(keep[i].sum()), temperature)[0]
             for name, value in (("trl", trl), ("mask", fixed)):
                 gap = (value[i][keep[i]] - alone).abs()
                 gaps[name].append(gap)
                 per_completion[name].append(float(gap.sum()))
             pads.append(int((enc.attention_mask[i] == 0).sum()))
-    out = {}
+    result = {}
     for name in gaps:
         g = torch.cat(gaps[name])
-        out[name] = {"tokens": g.numel(), "mean": g.mean().item(), "p99": g.quantile(0.99).item(),
+        result[name] = {"tokens": g.numel(), "mean": g.mean().item(), "p99": g.quantile(0.99).item(),
                      "max": g.max().item(), "per_completion": sum(per_completion[name]) / len(per_completion[name])}
     padded = [p for p in pads if p > 0]
-    out["rows"] = len(pads)
-    out["padded_share"] = len(padded) / len(pads)
-    out["mean_pads"] = sum(padded) / max(1, len(padded))
-    return out
+    result["rows"] = len(pads)
+    result["padded_share"] = len(padded) / len(pads)
+    result["mean_pads"] = sum(padded) / max(1, len(padded))
+    return result
 
 
 def main(argv=None):

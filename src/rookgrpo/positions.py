@@ -31,7 +31,7 @@ import logging
 
 import torch
 
-from .task_sampling import innermost_model
+from .task_sampling import innermost_model, models_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class MaskPositions:
     def __init__(self, trainer, enabled: bool = True):
         self.installed: list[str] = []
         self.skipped: dict[str, str] = {}
-        for role, model in _models(trainer):
+        for role, model in models_in_use(trainer):
             backbone, inner = backbone_of(model)
             handle = getattr(backbone, HANDLE, None)
             if not enabled:
@@ -95,12 +95,6 @@ class MaskPositions:
             if handle is None:
                 setattr(backbone, HANDLE, backbone.register_forward_pre_hook(_fill_positions, with_kwargs=True))
             self.installed.append(role)
-
-
-def _models(trainer):
-    yield "policy", trainer.model
-    if getattr(trainer, "ref_model", None) is not None:
-        yield "reference", trainer.ref_model
 
 
 def _unsupported(backbone, inner) -> str | None:

@@ -161,6 +161,13 @@ class TaskSettings:
         self.loss_temperature.set(trainer, float(self.settings_for(task)["temperature"]))
 
 
+def models_in_use(trainer):
+    """(role, model) for the models GRPO's log-probs come from: the policy, and the reference when there is one."""
+    yield "policy", trainer.model
+    if getattr(trainer, "ref_model", None) is not None:
+        yield "reference", trainer.ref_model
+
+
 def innermost_model(model):
     """The model TRL patched, inside whatever wraps it: DDP/DeepSpeed/FSDP1 ``.module``, ``torch.compile``'s
     ``_orig_mod``, PEFT's base model. TRL puts its fused LM head on that object's ``forward``."""
@@ -203,7 +210,7 @@ class LossTemperature:
         from trl.trainer.utils import add_fused_lm_head
 
         cast = bool(getattr(trainer.args, "cast_lm_head_to_fp32", False))
-        for role, model in self._models(trainer):
+        for role, model in models_in_use(trainer):
             inner = innermost_model(model)
             base = vars(inner).get("forward")
             if base is None:
@@ -221,18 +228,12 @@ class LossTemperature:
             setattr(inner, self.ATTR, {"forwards": forwards, "temperature": float(trainer.temperature)})
             inner.forward = types.MethodType(_dispatching_forward(type(inner)), inner)
 
-    @staticmethod
-    def _models(trainer):
-        yield "policy", trainer.model
-        if getattr(trainer, "ref_model", None) is not None:
-            yield "reference", trainer.ref_model
-
     def set(self, trainer, temperature: float) -> None:
         """Make the policy's and the reference's log-probs divide logits by ``temperature``."""
         trainer.temperature = temperature
         if not self.fused:
             return
-        for role, model in self._models(trainer):
+        for role, model in models_in_use(trainer):
             inner = innermost_model(model)
             state = getattr(inner, self.ATTR, None)
             if state is None or temperature not in state["forwards"]:
