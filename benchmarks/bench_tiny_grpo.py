@@ -5,7 +5,11 @@ chess rewards (the same reward objects, the same Stockfish settings) and stops a
 completions, resampling rounds included. Arms:
 
 - ``vanilla``: TRL's ``GRPOTrainer`` with the recipe's fields, its fixed beta and one temperature (the recipe's
-  ``temperature``), no resampling, TRL's own mixed-task batches;
+  ``temperature``), no resampling, TRL's own mixed-task batches; TRL scores a left-padded completion at positions
+  shifted by its pad count on GPT-2 (docs/dynamics.md, "Scoring at the positions that sampled");
+- ``vanilla_positions``: ``vanilla`` with the one correction rookgrpo turns on by default
+  (``position_ids_from_mask``: :class:`rookgrpo.positions.MaskPositions` on TRL's trainer), so the recipe's other
+  components are compared with vanilla on the same scoring;
 - ``rookgrpo``: ``RookGRPOTrainer`` with the recipe as shipped (zero-std resampling, adaptive beta, per-task
   sampling: task-homogeneous batches with the P: task a little cooler);
 - ``rookgrpo_one_temperature``: the recipe without ``task_generation_kwargs``, so sampling is vanilla's (one
@@ -41,7 +45,13 @@ from common import finish  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
-ARMS = ("vanilla", "rookgrpo", "rookgrpo_one_temperature")
+ARMS = ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature")
+ARM_TEXT = {
+    "vanilla": "TRL's `GRPOTrainer` as it is (on GPT-2 it scores left-padded completions at shifted positions)",
+    "vanilla_positions": "vanilla with rookgrpo's `position_ids_from_mask` hook, its one default-on correction",
+    "rookgrpo": "`RookGRPOTrainer` with the recipe as shipped (resampling, adaptive beta, per-task sampling)",
+    "rookgrpo_one_temperature": "the recipe without `task_generation_kwargs` (vanilla's sampling)",
+}
 METRICS = [("best_move_accuracy", "best move"), ("top5_accuracy", "top-5"), ("legal_move_rate", "legal"),
            ("env_exact_accuracy", "A: exact"), ("best_move_reward", "best-move reward")]
 
@@ -120,6 +130,7 @@ def arm_recipe(arm: str, tmp: str) -> str:
 def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
+    from rookgrpo.positions import MaskPositions
     from rookgrpo.train import build_trainer
 
     out = f"{tmp}/{arm}-{seed}"
@@ -132,7 +143,7 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     weights = trainer.reward_weights.tolist()
     flat = FlatGroups(trainer.reward_funcs[names.index("chess_env")], G, weights[names.index("chess_env")],
                       [(trainer.reward_funcs[i], weights[i]) for i, n in enumerate(names) if n == "chess_env_board"])
-    if arm == "vanilla":
+    if arm in ("vanilla", "vanilla_positions"):
         fields = {k: getattr(trainer.args, k) for k, f in GRPOConfig.__dataclass_fields__.items()
                   if f.init and hasattr(trainer.args, k)}
         fields.update(output_dir=out)
@@ -141,6 +152,11 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
         # The recipe's trainer resolved the rewards by name with its Stockfish settings; vanilla gets the same objects.
         trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=GRPOConfig(**fields),
                               train_dataset=trainer.train_dataset)
+        # TRL loaded the model from its path, a fresh object; vanilla scores as TRL does, and the positions arm
+        # gets the one hook.
+        hooked = MaskPositions(trainer, enabled=arm == "vanilla_positions")
+        if arm == "vanilla_positions" and "policy" not in hooked.installed:
+            raise RuntimeError(f"vanilla_positions: the policy did not get the positions hook ({hooked.skipped})")
         budget_cb = None
     else:
         trainer.reward_funcs[names.index("chess_env")] = flat
@@ -181,7 +197,7 @@ class LogRecorder(TrainerCallback):
         """A: groups flat in the optimised batch. Vanilla optimises what it sampled; the shipped recipe's batches are
         one task each, so its A: steps' optimised share is the A: share; mixed batches (the one-temperature arm)
         do not tell the tasks apart there, so it is not reported (nan)."""
-        if arm == "vanilla":
+        if arm in ("vanilla", "vanilla_positions"):
             return flat.first[0] / flat.first[1] if flat.first[1] else float("nan")
         if arm == "rookgrpo_one_temperature":
             return float("nan")
@@ -202,7 +218,8 @@ def mean_se(values):
 
 # Paired comparisons (arm, against): each arm against vanilla, and the recipe against its ablation, which isolates
 # per-task sampling (the only difference between the two).
-PAIRS = [("rookgrpo", "vanilla"), ("rookgrpo_one_temperature", "vanilla"), ("rookgrpo", "rookgrpo_one_temperature")]
+PAIRS = [("vanilla_positions", "vanilla"), ("rookgrpo", "vanilla"), ("rookgrpo", "vanilla_positions"),
+         ("rookgrpo_one_temperature", "vanilla"), ("rookgrpo", "rookgrpo_one_temperature")]
 
 
 def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int], eval_depth: int) -> dict:
@@ -240,11 +257,11 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
     n = base["n_policy"] + base["n_env"]
     return {
         "title": f"Held-out chess for the same generation budget (tiny-rookworld, {len(seeds)} seeds per arm)",
-        "description": f"`recipes/rookworld-tiny.yaml`: {steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
-                       "temperature, no resampling) against `RookGRPOTrainer` with the recipe's callbacks, and the "
-                       "recipe without per-task sampling; every arm stops at vanilla's number of generated "
-                       f"completions. Greedy evaluation on the {n} held-out positions ({base['n_policy']} P:, "
-                       f"{base['n_env']} A:), Stockfish depth {eval_depth}; mean ± standard error over seeds.",
+        "description": f"`recipes/rookworld-tiny.yaml`, {steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
+                       "temperature, no resampling); arms: " + "; ".join(f"`{a}`: {ARM_TEXT[a]}" for a in runs) +
+                       ". Every arm stops at vanilla's number of generated completions. Greedy evaluation on the "
+                       f"{n} held-out positions ({base['n_policy']} P:, {base['n_env']} A:), Stockfish depth "
+                       f"{eval_depth}; mean ± standard error over seeds.",
         "table": "\n".join(rows + paired_rows),
         "command": f"python benchmarks/bench_tiny_grpo.py --steps {steps} --seeds "
                    f"{' '.join(map(str, seeds))} --arms {' '.join(runs)}",
