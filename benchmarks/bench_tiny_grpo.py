@@ -53,7 +53,8 @@ ARM_TEXT = {
     "rookgrpo_one_temperature": "the recipe without `task_generation_kwargs` (vanilla's sampling)",
 }
 METRICS = [("best_move_accuracy", "best move"), ("top5_accuracy", "top-5"), ("legal_move_rate", "legal"),
-           ("env_exact_accuracy", "A: exact"), ("best_move_reward", "best-move reward")]
+           ("env_exact_accuracy", "A: exact"), ("best_move_reward", "best-move reward"), ("format_rate", "greedy format"),
+           ("env_broken_rate", "A: not a board")]
 
 
 class CompletionBudget(TrainerCallback):

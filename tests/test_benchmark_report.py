@@ -86,6 +86,18 @@ def test_bench_tiny_grpo_retables_a_saved_result_pairing_by_seed(tmp_path, monke
     assert abs(paired["rookgrpo_one_temperature/top5_accuracy"]["mean"] - 0.0) < 1e-9
     assert "| rookgrpo − rookgrpo_one_temperature | +0.030" in result["table"]
 
+    # The positions arm pairs with vanilla and is what the recipe is compared with on the same scoring.
+    arms["vanilla_positions"] = runs({2: 0.25, 1: 0.11, 3: 0.30})
+    saved.write_text(json.dumps({"command": "python benchmarks/bench_tiny_grpo.py --steps 10 --seeds 1 2 3 --arms "
+                                 "vanilla vanilla_positions rookgrpo", "start": start, "runs": arms,
+                                 "measured": measured}))
+    bench.main(["--from_result", str(saved), "--out", str(out)])
+    result = json.loads(out.read_text())
+    # vanilla_positions - vanilla per seed: +0.01, +0.05, 0.00; rookgrpo - vanilla_positions: +0.01, -0.02, +0.04.
+    assert abs(result["paired"]["vanilla_positions/format_rate"]["mean"] - 0.02) < 1e-9
+    assert abs(result["paired"]["rookgrpo-vanilla_positions/env_broken_rate"]["mean"] - 0.01) < 1e-9
+    assert "`vanilla_positions`: vanilla with rookgrpo's `position_ids_from_mask` hook" in result["description"]
+
 
 def test_seed_table_pairs_each_run_by_position_and_gives_the_spread_over_runs(tmp_path):
     import json
