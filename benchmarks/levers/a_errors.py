@@ -1,0 +1,95 @@
+"""Where a model's greedy A: answers go wrong, answer by answer, for docs/tiny-model.md.
+
+``rookgrpo evaluate`` counts A: answers that are exact, copies of the input board, or not a board. This splits the
+wrong ones further, by the ranks they get wrong (FEN's first field, rank 8 first):
+
+- ``exact``: the whole completion is the ground truth;
+- ``copy``: the input board again, on a move that changes it;
+- ``broken, unchanged rank``: not a board, and a rank the move leaves as it was is written wrong (a square dropped
+  from a run of pawns, say): the copying the answer needed went wrong, not the move;
+- ``broken, changed rank only``: not a board, every wrong rank is one the move changes;
+- ``broken, not 8 ranks``: more or fewer than 8 ranks;
+- ``board, wrong``: a board, not the right one (nor the input);
+- ``board right, fields wrong``: the right board, another field (side to move, counters, verdict) wrong.
+
+::
+
+    python benchmarks/levers/a_errors.py --model rookgrpo/tiny-rookworld runs/pos-aonly-s42 [--examples 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+
+KINDS = ("exact", "copy", "broken, unchanged rank", "broken, changed rank only", "broken, not 8 ranks",
+         "board, wrong", "board right, fields wrong")
+
+
+def classify(fen: str, expected: str, answer: str) -> str:
+    """The kind of an ``A:`` answer (one of :data:`KINDS`) for the position ``fen`` and the ground truth ``expected``.
+
+    >>> fen = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+    >>> truth = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0"
+    >>> classify(fen, truth, "rnbqkbnr/ppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0")
+    'broken, unchanged rank'
+    >>> classify(fen, truth, "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PP/RNBQKBNR b KQkq - 0 1+0.001+0+0")
+    'broken, changed rank only'
+    >>> classify(fen, truth, fen + "+0.001+0+0"), classify(fen, truth, truth)
+    ('copy', 'exact')
+    """
+    from rookgrpo.rewards.chess import _placement, is_board
+
+    if answer == expected:
+        return "exact"
+    before, right, got = fen.split()[0], expected.split()[0], _placement(answer)
+    if got == before != right:
+        return "copy"
+    if is_board(got):
+        return "board right, fields wrong" if got == right else "board, wrong"
+    b, e, g = before.split("/"), right.split("/"), got.split("/")
+    if len(g) != 8 or len(e) != 8 or len(b) != 8:
+        return "broken, not 8 ranks"
+    wrong = {r for r in range(8) if g[r] != e[r]}
+    changed = {r for r in range(8) if b[r] != e[r]}
+    return "broken, changed rank only" if wrong <= changed else "broken, unchanged rank"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", nargs="+", required=True, help="model directories or packaged names")
+    ap.add_argument("--data", default="rookgrpo/tiny-rookworld-eval")
+    ap.add_argument("--examples", type=int, default=0, help="print this many 'broken, unchanged rank' answers per model")
+    args = ap.parse_args(argv)
+
+    from rookgrpo.chess.data import load_rookworld
+    from rookgrpo.evaluate import generate_completions
+    from rookgrpo.rewards.chess import _placement, env_answer
+
+    rows = load_rookworld(args.data)
+    prompts = [p for p, t in zip(rows["prompt"], rows["task"]) if t == "A"]
+    print(f"{len(prompts)} A: rows of {args.data}, greedy\n")
+    print("| model | " + " | ".join(KINDS) + " |")
+    print("|" + " --- |" * (len(KINDS) + 1))
+    shown = []
+    for model in args.model:
+        completions = generate_completions(model, prompts, 96, 32, False, 0.0, 0)
+        counts: collections.Counter = collections.Counter()
+        for prompt, completion in zip(prompts, completions):
+            row = env_answer(prompt, completion)
+            if row is None:
+                continue
+            kind = classify(*row)
+            counts[kind] += 1
+            if kind == "broken, unchanged rank" and sum(m == model for m, *_ in shown) < args.examples:
+                fen, expected, answer = row
+                pairs = [(e, g) for b, e, g in zip(fen.split()[0].split("/"), expected.split()[0].split("/"),
+                                                   _placement(answer).split("/")) if b == e != g]
+                shown.append((model, prompt.split("+")[1], pairs))
+        print(f"| {model} | " + " | ".join(str(counts[k]) for k in KINDS) + " |")
+    for model, move, pairs in shown:
+        print(f"{model}, move {move}: " + ", ".join(f"{e} written {g}" for e, g in pairs))
+
+
+if __name__ == "__main__":
+    main()
