@@ -218,7 +218,7 @@ def mean_se(values):
 
 
 # Paired comparisons (arm, against): each arm against vanilla; the recipe against vanilla with the positions
-# correction, which leaves the recipe's other components (the scoring is the same); and the recipe against its
+# correction, which isolates the recipe's other components (both score alike); and the recipe against its
 # ablation, which isolates per-task sampling (the only difference between the two).
 PAIRS = [("vanilla_positions", "vanilla"), ("rookgrpo", "vanilla"), ("rookgrpo", "vanilla_positions"),
          ("rookgrpo_one_temperature", "vanilla"), ("rookgrpo", "rookgrpo_one_temperature")]
