@@ -46,6 +46,7 @@ from common import finish  # benchmarks/common.py
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
 ARMS = ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature")
+VANILLA_ARMS = ("vanilla", "vanilla_positions")  # TRL's GRPOTrainer: no resampling, so budget and flat share are fixed
 ARM_TEXT = {
     "vanilla": "TRL's `GRPOTrainer` as it is (on GPT-2 it scores left-padded completions at shifted positions)",
     "vanilla_positions": "vanilla with rookgrpo's `position_ids_from_mask` hook, its one default-on correction",
@@ -144,7 +145,7 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     weights = trainer.reward_weights.tolist()
     flat = FlatGroups(trainer.reward_funcs[names.index("chess_env")], G, weights[names.index("chess_env")],
                       [(trainer.reward_funcs[i], weights[i]) for i, n in enumerate(names) if n == "chess_env_board"])
-    if arm in ("vanilla", "vanilla_positions"):
+    if arm in VANILLA_ARMS:
         fields = {k: getattr(trainer.args, k) for k, f in GRPOConfig.__dataclass_fields__.items()
                   if f.init and hasattr(trainer.args, k)}
         fields.update(output_dir=out)
@@ -198,7 +199,7 @@ class LogRecorder(TrainerCallback):
         """A: groups flat in the optimised batch. Vanilla optimises what it sampled; the shipped recipe's batches are
         one task each, so its A: steps' optimised share is the A: share; mixed batches (the one-temperature arm)
         do not tell the tasks apart there, so it is not reported (nan)."""
-        if arm in ("vanilla", "vanilla_positions"):
+        if arm in VANILLA_ARMS:
             return flat.first[0] / flat.first[1] if flat.first[1] else float("nan")
         if arm == "rookgrpo_one_temperature":
             return float("nan")

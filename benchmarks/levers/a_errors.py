@@ -26,6 +26,13 @@ KINDS = ("exact", "copy", "broken, unchanged rank", "broken, changed rank only",
          "board, wrong", "board right, fields wrong")
 
 
+def placements(fen: str, expected: str, answer: str) -> tuple[str, str, str]:
+    """The piece placements (FEN's first field) of the position, the ground truth and the answer."""
+    from rookgrpo.rewards.chess import _placement
+
+    return fen.split()[0], expected.split()[0], _placement(answer)
+
+
 def classify(fen: str, expected: str, answer: str) -> str:
     """The kind of an ``A:`` answer (one of :data:`KINDS`) for the position ``fen`` and the ground truth ``expected``.
 
@@ -38,16 +45,16 @@ def classify(fen: str, expected: str, answer: str) -> str:
     >>> classify(fen, truth, fen + "+0.001+0+0"), classify(fen, truth, truth)
     ('copy', 'exact')
     """
-    from rookgrpo.rewards.chess import _placement, is_board
+    from rookgrpo.rewards.chess import is_board
 
     if answer == expected:
         return "exact"
-    before, right, got = fen.split()[0], expected.split()[0], _placement(answer)
+    before, right, got = placements(fen, expected, answer)
     if got == before != right:
         return "copy"
     if is_board(got):
         return "board right, fields wrong" if got == right else "board, wrong"
-    b, e, g = before.split("/"), right.split("/"), got.split("/")
+    b, e, g = (p.split("/") for p in (before, right, got))
     if len(g) != 8 or len(e) != 8 or len(b) != 8:
         return "broken, not 8 ranks"
     wrong = {r for r in range(8) if g[r] != e[r]}
@@ -64,7 +71,7 @@ def main(argv=None) -> None:
 
     from rookgrpo.chess.data import load_rookworld
     from rookgrpo.evaluate import generate_completions
-    from rookgrpo.rewards.chess import _placement, env_answer
+    from rookgrpo.rewards.chess import env_answer
 
     rows = load_rookworld(args.data)
     prompts = [p for p, t in zip(rows["prompt"], rows["task"]) if t == "A"]
@@ -82,9 +89,7 @@ def main(argv=None) -> None:
             kind = classify(*row)
             counts[kind] += 1
             if kind == "broken, unchanged rank" and sum(m == model for m, *_ in shown) < args.examples:
-                fen, expected, answer = row
-                pairs = [(e, g) for b, e, g in zip(fen.split()[0].split("/"), expected.split()[0].split("/"),
-                                                   _placement(answer).split("/")) if b == e != g]
+                pairs = [(e, g) for b, e, g in zip(*(p.split("/") for p in placements(*row))) if b == e != g]
                 shown.append((model, prompt.split("+")[1], pairs))
         print(f"| {model} | " + " | ".join(str(counts[k]) for k in KINDS) + " |")
     for model, move, pairs in shown:
