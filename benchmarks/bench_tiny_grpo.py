@@ -25,6 +25,11 @@ The held-out callback (``chess_eval``) is left out of every arm: it does not cha
 
     python benchmarks/bench_tiny_grpo.py [--steps 100] [--seeds 1 2 3 4 5] [--arms vanilla rookgrpo ...]
     python benchmarks/bench_tiny_grpo.py --from_result benchmarks/results/tiny_grpo_quality.json --out ...   (re-table)
+    python benchmarks/bench_tiny_grpo.py --add_to RESULT --arms rookgrpo_one_temperature --out ...   (one more arm)
+
+``--add_to`` trains only the arms named, at the saved result's steps and seeds, and tables them with its arms. It
+refuses when the start's evaluation differs from the saved one (another model or evaluation), and the result keeps
+each part's provenance: ``measured`` is the saved run's, ``added`` lists each later command with its own stamp.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from pathlib import Path
 import yaml
 from transformers import TrainerCallback
 
-from common import finish  # benchmarks/common.py
+from common import STARTED_AT, finish  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
@@ -272,6 +277,27 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
     }
 
 
+def saved_result(path: str, flag: str, ap) -> tuple[dict, int, list[int]]:
+    """A result this script wrote, with the steps and seeds its command ran."""
+    saved = json.loads(Path(path).read_text())
+    missing = [k for k in ("command", "start", "runs", "measured") if k not in saved]
+    if missing:
+        ap.error(f"{flag} {path}: no {', '.join(missing)}; pass a result this script wrote with --out "
+                 "(benchmarks/results/tiny_grpo_quality.json)")
+    command = saved["command"].split()
+    steps = int(command[command.index("--steps") + 1])
+    seeds = [int(s) for s in command[command.index("--seeds") + 1:command.index("--arms")]]
+    return saved, steps, seeds
+
+
+def same_start(saved: dict, fresh: dict) -> list[str]:
+    """The metrics on which a fresh evaluation of the start differs from a saved one (empty when it is the same)."""
+    keys = [k for k, _ in METRICS] + ["n_policy", "n_env", "engine_depth"]
+    return [f"{k} {saved.get(k)} → {fresh.get(k)}" for k in keys
+            if not (isinstance(saved.get(k), (int, float)) and isinstance(fresh.get(k), (int, float))
+                    and abs(saved[k] - fresh[k]) <= 1e-9)]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100, help="vanilla's steps; the others stop at its completions")
@@ -281,20 +307,25 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     ap.add_argument("--from_result", default=None, metavar="JSON",
                     help="rewrite the table from a result this script wrote (its runs and provenance), training nothing")
+    ap.add_argument("--add_to", default=None, metavar="JSON",
+                    help="train only --arms, at the steps and seeds of a result this script wrote, and table them "
+                         "with its arms")
     args = ap.parse_args(argv)
     if args.from_result:
-        saved = json.loads(Path(args.from_result).read_text())
-        missing = [k for k in ("command", "start", "runs", "measured") if k not in saved]
-        if missing:
-            ap.error(f"--from_result {args.from_result}: no {', '.join(missing)}; pass a result this script wrote "
-                     "with --out (benchmarks/results/tiny_grpo_quality.json)")
-        command = saved["command"].split()
-        steps = int(command[command.index("--steps") + 1])
-        seeds = [int(s) for s in command[command.index("--seeds") + 1:command.index("--arms")]]
+        saved, steps, seeds = saved_result(args.from_result, "--from_result", ap)
         result = report(saved["start"], saved["runs"], steps, seeds, int(saved["start"]["engine_depth"]))
-        result["measured"] = saved["measured"]  # the numbers are the saved run's, not this rewrite's
+        for key in ("command", "measured", "added"):  # the numbers are the saved runs', not this rewrite's
+            if key in saved:
+                result[key] = saved[key]
         return finish(result, args.out)
-    if "vanilla" not in args.arms:
+    saved = None
+    if args.add_to:
+        saved, args.steps, args.seeds = saved_result(args.add_to, "--add_to", ap)
+        args.eval_depth = int(saved["start"]["engine_depth"])
+        again = [a for a in args.arms if a in saved["runs"]]
+        if again:
+            ap.error(f"--arms: {', '.join(again)} already in {args.add_to}; name only arms it does not have")
+    elif "vanilla" not in args.arms:
         ap.error("--arms: the comparison is against vanilla; include it")
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.evaluate import PER_ROW_KEYS, evaluate
@@ -304,6 +335,10 @@ def main(argv=None):
     runs: dict[str, list[dict]] = {arm: [] for arm in args.arms}
     with tempfile.TemporaryDirectory() as tmp:
         base = evaluate("rookgrpo/tiny-rookworld", data, settings=settings, progress=False)
+        base = {k: v for k, v in base.items() if k not in ("samples", *PER_ROW_KEYS)}
+        if saved is not None and (changed := same_start(saved["start"], base)):
+            ap.error(f"--add_to {args.add_to}: the packaged model's evaluation differs from the saved start "
+                     f"({'; '.join(changed)}); its arms describe another model or evaluation, rerun them all")
         for seed in args.seeds:  # arms interleaved per seed, so machine load drifts alike
             for arm in args.arms:
                 r = run(arm, seed, args.steps, tmp)
@@ -311,8 +346,15 @@ def main(argv=None):
                 r.update(seed=seed, eval={k: m[k] for k in m if k not in ("samples", "model", *PER_ROW_KEYS)})
                 runs[arm].append(r)
                 print(f"seed {seed} {arm}: " + ", ".join(f"{k} {m[k]:.3f}" for k, _ in METRICS), flush=True)
-    base = {k: v for k, v in base.items() if k not in ("samples", *PER_ROW_KEYS)}
-    return finish(report(base, runs, args.steps, args.seeds, args.eval_depth), args.out)
+    if saved is None:
+        return finish(report(base, runs, args.steps, args.seeds, args.eval_depth), args.out)
+    every = {arm: (saved["runs"].get(arm) or runs[arm]) for arm in ARMS if arm in saved["runs"] or arm in runs}
+    result = report(saved["start"], every, args.steps, args.seeds, args.eval_depth)
+    result["command"], result["measured"] = saved["command"], saved["measured"]  # the saved arms' own
+    added = {"arms": list(args.arms), "measured": STARTED_AT,
+             "command": f"python benchmarks/bench_tiny_grpo.py --add_to {args.add_to} --arms {' '.join(args.arms)}"}
+    result["added"] = saved.get("added", []) + [added]
+    return finish(result, args.out)
 
 
 if __name__ == "__main__":

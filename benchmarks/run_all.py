@@ -156,6 +156,10 @@ def write_report() -> None:
         if result.get("measured"):
             m = result["measured"]
             lines += [f"Measured at commit `{m['commit']}` on {m['date']} ({m['machine']}).", ""]
+            for part in result.get("added", []):  # arms a later command trained and tabled with these
+                a = part["measured"]
+                lines += [f"Arms {', '.join(f'`{arm}`' for arm in part['arms'])} added by `{part['command']}` at "
+                          f"commit `{a['commit']}` on {a['date']} ({a['machine']}).", ""]
             changed = (packaged_model_changed_since(m["commit"], last=model_changed)
                        if model_changed and "tiny-rookworld" in json.dumps(result) else None)
             if changed:

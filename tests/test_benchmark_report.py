@@ -99,6 +99,60 @@ def test_bench_tiny_grpo_retables_a_saved_result_pairing_by_seed(tmp_path, monke
     assert "`vanilla_positions`: vanilla with rookgrpo's `position_ids_from_mask` hook" in result["description"]
 
 
+
+def test_bench_tiny_grpo_adds_an_arm_to_a_saved_result_at_its_steps_and_seeds(tmp_path, monkeypatch):
+    import json
+
+    import pytest
+
+    import rookgrpo.evaluate
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    keys = [k for k, _ in bench.METRICS]
+    start = {"n_policy": 3, "n_env": 1, "engine_depth": 8, **dict.fromkeys(keys, 0.0)}
+    measured = {"commit": "abc1234", "date": "2026-01-01", "machine": "m", "python": "3"}
+    vanilla = [{"seed": s, "eval": dict.fromkeys(keys, 0.1 * s), "steps": 7, "generated": 224, "seconds": 1.0,
+                "a_flat_before": 0.5, "a_flat_after": 0.5, "flat_before": 0.1, "flat_after": 0.1} for s in (1, 2)]
+    command = "python benchmarks/bench_tiny_grpo.py --steps 7 --seeds 1 2 --arms vanilla"
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps({"command": command, "start": start, "runs": {"vanilla": vanilla},
+                                 "measured": measured}))
+    trained, fresh_start = [], [0.0]
+
+    def fake_run(arm, seed, steps, tmp):  # the new arm: vanilla's value + 0.05 on every metric
+        trained.append((arm, seed, steps))
+        return {"model": f"{arm}-{seed}", "steps": steps, "seconds": 1.0, "generated": 224, "a_flat_before": 0.4,
+                "a_flat_after": 0.4, "flat_before": 0.1, "flat_after": 0.1}
+
+    def fake_evaluate(model, data, **kwargs):
+        value = fresh_start[0] if model == "rookgrpo/tiny-rookworld" else 0.1 * int(model.split("-")[-1]) + 0.05
+        return {**start, **dict.fromkeys(keys, value)}
+
+    monkeypatch.setattr(bench, "run", fake_run)
+    monkeypatch.setattr(rookgrpo.evaluate, "evaluate", fake_evaluate)
+    out = tmp_path / "out.json"
+    bench.main(["--add_to", str(saved), "--arms", "rookgrpo_one_temperature", "--out", str(out)])
+    assert trained == [("rookgrpo_one_temperature", 1, 7), ("rookgrpo_one_temperature", 2, 7)]
+    result = json.loads(out.read_text())
+    assert result["runs"]["vanilla"] == vanilla and len(result["runs"]["rookgrpo_one_temperature"]) == 2
+    assert abs(result["paired"]["rookgrpo_one_temperature/top5_accuracy"]["mean"] - 0.05) < 1e-9
+    assert result["command"] == command and result["measured"] == measured
+    assert result["added"][0]["arms"] == ["rookgrpo_one_temperature"]
+    assert result["added"][0]["command"].endswith("--arms rookgrpo_one_temperature")
+    # A retable keeps both parts' provenance.
+    bench.main(["--from_result", str(out), "--out", str(tmp_path / "again.json")])
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["added"] == result["added"] and again["table"] == result["table"]
+    # An arm the result already has, or a start that evaluates differently, is refused before any training.
+    trained.clear()
+    with pytest.raises(SystemExit):
+        bench.main(["--add_to", str(out), "--arms", "vanilla"])
+    fresh_start[0] = 0.01
+    with pytest.raises(SystemExit):
+        bench.main(["--add_to", str(saved), "--arms", "rookgrpo"])
+    assert trained == []
+
 def test_seed_table_pairs_each_run_by_position_and_gives_the_spread_over_runs(tmp_path):
     import json
 
