@@ -224,10 +224,12 @@ def mean_se(values):
 
 
 # Paired comparisons (arm, against): each arm against vanilla; the recipe against vanilla with the positions
-# correction, which isolates the recipe's other components (both score alike); and the recipe against its
-# ablation, which isolates per-task sampling (the only difference between the two).
+# correction, which isolates the recipe's other components (both score alike); the ablation against the same, which
+# isolates resampling and adaptive beta (its only differences from it); and the recipe against its ablation, which
+# isolates per-task sampling (the only difference between the two).
 PAIRS = [("vanilla_positions", "vanilla"), ("rookgrpo", "vanilla"), ("rookgrpo", "vanilla_positions"),
-         ("rookgrpo_one_temperature", "vanilla"), ("rookgrpo", "rookgrpo_one_temperature")]
+         ("rookgrpo_one_temperature", "vanilla"), ("rookgrpo_one_temperature", "vanilla_positions"),
+         ("rookgrpo", "rookgrpo_one_temperature")]
 
 
 def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int], eval_depth: int) -> dict:
