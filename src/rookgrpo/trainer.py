@@ -92,10 +92,12 @@ class RookGRPOTrainer(GRPOTrainer):
         """Sort the bound callbacks' hooks into the lists the trainer calls; rerun whenever the callbacks change."""
         # Hooks that change the batch (resampling) run before hooks that observe it (diagnostics), whatever order the
         # recipe lists them in: an observer must see the batch that is optimised, and the time spent making it.
-        # A hook that judges the batch as generated (prompt selection, learning from the prompts it chose) runs first.
+        # A hook that judges the batch as generated (prompt selection, learning from the prompts it chose) runs first;
+        # one that changes which tokens the loss counts (reference_credit) runs on the final rows, before the observers.
         hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_scored_batch")]
         self._batch_hooks = sorted(hooks, key=lambda cb: 0 if getattr(cb, "sees_first_round", False)
-                                   else 1 if getattr(cb, "changes_batch", False) else 2)
+                                   else 1 if getattr(cb, "changes_batch", False)
+                                   else 2 if getattr(cb, "changes_mask", False) else 3)
         self._log_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_log")]
         # Hooks on each loss (kl_cap): this loss's copy of the batch with the policy's log-probs from its forward pass.
         self._loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_loss_logps")]

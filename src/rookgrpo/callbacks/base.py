@@ -14,7 +14,8 @@ class RookCallback(TrainerCallback):
       ``trainer.add_callback`` later: validate the config (raise ``ConfigError``) and keep a reference to the trainer
       for the hooks.
     - ``on_scored_batch(trainer, scored)`` (optional) sees each scored generation batch; set ``changes_batch = True``
-      when it replaces rows, so it runs before the observers.
+      when it replaces rows, so it runs before the observers, or ``changes_mask = True`` when it changes which tokens
+      the loss counts, so it runs on the final rows (after the hooks that replace rows) and before the observers.
     - ``on_loss_logps(trainer, inputs, per_token_logps)`` (optional): after each loss's own policy forward pass,
       with that loss's shallow copy of the batch (entries may be replaced before the loss reads them; the buffered
       batch is not touched) and the policy's per-token log-probs (``kl_cap``).
