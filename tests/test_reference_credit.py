@@ -10,6 +10,7 @@ from conftest import tiny_grpo_args
 from rookgrpo import RookGRPOTrainer
 from rookgrpo.callbacks.reference_credit import ReferenceCredit, first_departure
 from rookgrpo.errors import ConfigError
+from rookgrpo.rewards.chess import env_answer
 
 A_PROMPT = "A: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1+e2e4+e2e4+"
 RIGHT = "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1+0.001+0+0"
@@ -66,6 +67,9 @@ def test_a_wrong_answer_loses_its_right_tokens_and_the_ones_after_its_error():
     taken = int(before[1:3].sum() - mask[1:3].sum())
     assert trainer._metrics["train"]["reference_credit/masked_frac"] == [taken / int(before[:5].sum())]
     assert trainer._metrics["train"]["reference_credit/wrong_frac"] == [4 / 5]
+    # A batch with no row of the listed tasks logs nothing (per-task sampling's P: batches).
+    ReferenceCredit().on_scored_batch(trainer, SimpleNamespace(output=_batch(tok, [p_row] * 2)))
+    assert len(trainer._metrics["train"]["reference_credit/masked_frac"]) == 1
     # Evaluation batches keep their tokens: the evaluation loss stays the plain one.
     out = _batch(tok, rows)
     ReferenceCredit().on_scored_batch(_fake_trainer(tok, training=False), SimpleNamespace(output=out))
@@ -115,8 +119,6 @@ def test_every_training_loss_sees_the_credit_and_evaluation_losses_do_not(tmp_pa
             ids = inputs["completion_ids"][i].tolist()
             n = ids.index(tok.eos_token_id) + 1 if tok.eos_token_id in ids else len(ids)
             pieces = [tok.decode([t], skip_special_tokens=True) for t in ids[:n]]
-            from rookgrpo.rewards.chess import env_answer
-
             reference = env_answer(prompt.strip(), "")[1]
             first = first_departure(pieces, reference)
             advantage = float(inputs["advantages"][i])

@@ -15,9 +15,9 @@ After resampling, on each training batch, for every row of the listed tasks whos
 
 Right answers, rows of other tasks, answers with no departing token (one that stops early or is cut off by the length
 limit) and evaluation batches keep every token. The batch's loss-token count (TRL's ``num_items_in_batch``) is recounted,
-so the remaining tokens carry the loss's normalisation as TRL would have given it for this mask. Logged per training batch:
-``reference_credit/masked_frac``, the share of the listed tasks' completion tokens taken out of the loss, and
-``reference_credit/wrong_frac``, the share of their rows that were wrong.
+so the remaining tokens carry the loss's normalisation as TRL would have given it for this mask. Logged per training batch
+that has rows of the listed tasks: ``reference_credit/masked_frac``, the share of their completion tokens taken out
+of the loss, and ``reference_credit/wrong_frac``, the share of their rows that were wrong.
 
 Example recipe entry (the RookWorld ``A:`` task is the one with a reference so far)::
 
@@ -128,8 +128,9 @@ class ReferenceCredit(RookCallback):
                 keep[first:] = 0
             masked += int(mask[i].sum() - keep.sum())
             mask[i] = keep
-        if "num_items_in_batch" in out:
+        if "num_items_in_batch" in out:  # a cross-process count: every rank recounts, with or without rows of its own
             out["num_items_in_batch"] = B.count_loss_tokens(out, trainer.accelerator)
-        metrics = trainer._metrics["train"]
-        metrics["reference_credit/masked_frac"].append(masked / seen if seen else 0.0)
-        metrics["reference_credit/wrong_frac"].append(wrong / rows if rows else 0.0)
+        if rows:  # a batch of other tasks only (per-task sampling's P: batches) says nothing about the rule
+            metrics = trainer._metrics["train"]
+            metrics["reference_credit/masked_frac"].append(masked / seen if seen else 0.0)
+            metrics["reference_credit/wrong_frac"].append(wrong / rows)
