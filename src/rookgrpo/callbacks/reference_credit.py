@@ -4,8 +4,8 @@ GRPO gives each completion one advantage and spreads it over every token. On a t
 compute itself (RookWorld's ``A:`` rows: the board, reward and flags after a move, from python-chess), that charges a
 wrong answer's right tokens too: a copied board's ranks before the moved piece, which the right answer writes the
 same way. On the packaged chess model, 50 ``A:``-only steps charged like that broke boards on ranks the move does not
-touch (A: exact -0.141, z -2.9); charged only at the first wrong token, A: exact held (+0.000; docs/tiny-model.md,
-"Where the broken boards break").
+touch (A: exact -0.141, z -2.9); charged only at the first wrong token, A: exact held in those steps (+0.000), and in
+the whole `make train` recipe it fell less but still fell (docs/tiny-model.md, "Where the broken boards break").
 
 After resampling, on each training batch, for every row of the listed tasks whose answer is not the reference:
 
@@ -14,7 +14,8 @@ After resampling, on each training batch, for every row of the listed tasks whos
 - advantage 0: unchanged (it carries no policy gradient).
 
 Right answers, rows of other tasks, answers with no departing token (one that stops early or is cut off by the length
-limit) and evaluation batches keep every token. The batch's loss-token count (TRL's ``num_items_in_batch``) is recounted,
+limit) and evaluation batches keep every token. A token taken out of the loss leaves its KL term too (``beta`` > 0),
+as any masked token does in TRL's loss. The batch's loss-token count (TRL's ``num_items_in_batch``) is recounted,
 so the remaining tokens carry the loss's normalisation as TRL would have given it for this mask. Logged per training batch
 that has rows of the listed tasks: ``reference_credit/masked_frac``, the share of their completion tokens taken out
 of the loss, and ``reference_credit/wrong_frac``, the share of their rows that were wrong.
