@@ -37,16 +37,17 @@ from .base import RookCallback
 from .registry import register_callback
 
 
-def _chess_env_reference(prompt: str) -> str | None:
-    """The ground-truth completion of a RookWorld ``A:`` prompt (``None`` when its FEN is unreadable)."""
+def _chess_env_answer(prompt: str, completion: str) -> tuple[str, str] | None:
+    """``(ground truth, answer)`` of a RookWorld ``A:`` row, read as ``chess_env`` reads it (``None`` when the prompt's
+    FEN is unreadable)."""
     from ..rewards.chess import env_answer
 
-    row = env_answer(prompt, "")
-    return None if row is None else row[1]
+    row = env_answer(prompt, completion)
+    return None if row is None else row[1:]
 
 
-# Task → function giving the one right completion of a prompt of that task.
-REFERENCES: dict[str, Callable[[str], str | None]] = {"A": _chess_env_reference}
+# Task → function giving (the one right completion, the completion's answer as the task's reward reads it).
+REFERENCES: dict[str, Callable[[str, str], tuple[str, str] | None]] = {"A": _chess_env_answer}
 
 
 def first_departure(pieces: Sequence[str], reference: str) -> int | None:
@@ -112,10 +113,11 @@ class ReferenceCredit(RookCallback):
             n = int(mask[i].sum())
             seen += n
             ids = out["completion_ids"][i][:n].tolist()
-            reference = REFERENCES[task](prompt.strip())
             pieces = [self._piece(tokenizer, t) for t in ids]
-            if reference is None or "".join(pieces).split("\n", 1)[0].strip() == reference:
+            row = REFERENCES[task](prompt.strip(), "".join(pieces))
+            if row is None or row[1] == row[0]:
                 continue
+            reference = row[0]
             wrong += 1
             first = first_departure(pieces, reference)
             advantage = float(out["advantages"][i])
