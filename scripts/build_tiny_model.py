@@ -113,6 +113,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "second pass that warms it up again. Measured (README.md): the default build with --own_target\n"
                         "0.2 --own_unlikelihood 5 --own_from 1380 wrote greedy format 0.79 (v2: 0), beating a 600-step\n"
                         "second pass on format, top-5 and legal moves, but legal moves fell against v2 (0.52, v2 0.59)")
+    p.add_argument("--own_every", type=int, default=1,
+                   help="apply the own-list terms on every Nth SFT step from --own_from (steps own_from, own_from + N,\n"
+                        "...), at the weights given: each one costs a greedy generation and a forward, so 2 halves what\n"
+                        "they add to the build's time. 1: every step")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
@@ -178,6 +182,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--{name} must be at least 0, got {getattr(args, name)}")
     if args.own_from < 0:
         p.error(f"--own_from must be at least 0, got {args.own_from}")
+    if args.own_every < 1:
+        p.error(f"--own_every must be at least 1, got {args.own_every}")
     if args.own_from and not any(getattr(args, name) for name in OWN_TERMS):
         p.error(f"--own_from {args.own_from} has nothing to start: give --own_target, --own_unlikelihood or "
                 "--own_evals")
@@ -263,11 +269,12 @@ OWN_TERMS = ("own_target", "own_unlikelihood", "own_evals")
 # What the SFT stage's result depends on; the finish stage checks it was given the same (its model card names them).
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
-            "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed", "dropout", "own_evals")
+            "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed", "dropout", "own_evals",
+            "own_every")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
                     "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None,
-                    "dropout": 0.1, "own_evals": 0.0}
+                    "dropout": 0.1, "own_evals": 0.0, "own_every": 1}
 
 
 def sft_args(args) -> dict:
@@ -385,11 +392,11 @@ class OwnLists:
     EVAL_CHARS = EVAL_START + "."
 
     def __init__(self, tokenizer, target: float = 0.0, unlikelihood: float = 0.0, rows: int = 32, max_new: int = 11,
-                 start: int = 0, evals: float = 0.0):
+                 start: int = 0, evals: float = 0.0, every: int = 1):
         self.find = RepeatUnlikelihood(tokenizer, 0.0)  # for its M: span and move token ids
         self.target, self.unlikelihood, self.evals, self.rows = target, unlikelihood, evals, rows
         self.max_new = max(max_new, 64) if evals else max_new
-        self.start = start
+        self.start, self.every = start, every
         self.pad, self.eos = tokenizer.pad_token_id, tokenizer.eos_token_id
         (self.space,) = tokenizer(" ", add_special_tokens=False)["input_ids"]
         vocab = tokenizer.get_vocab()
@@ -397,6 +404,11 @@ class OwnLists:
         self.eval_start = [vocab[c] for c in self.EVAL_START]
         self.eval_chars = {vocab[c] for c in self.EVAL_CHARS}
         self.last: dict[str, float] = {}
+
+    def due(self, step: int) -> bool:
+        """Whether the terms apply at training step ``step`` (the trainer's ``global_step`` before the update): from
+        ``start`` on, one step in ``every``."""
+        return step >= self.start and (step - self.start) % self.every == 0
 
     def prompts(self, input_ids) -> list[tuple[list[int], list[int]]]:
         """(tokens up to and including the first ``M:``, the line's distinct M: moves) for each line with M:."""
@@ -647,7 +659,8 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # Random order, not grouped by length: grouping halved the step time but made batches single-task (P: and
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
-    own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood, start=args.own_from, evals=args.own_evals) \
+    own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood, start=args.own_from, evals=args.own_evals,
+                   every=args.own_every) \
         if any(getattr(args, name) for name in OWN_TERMS) else None
     if args.unlikelihood or own is not None or args.micro_batches > 1:
         trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), own,
@@ -754,7 +767,7 @@ def _unlikelihood_trainer(base):
             metrics = self._metrics[mode]
             if self.loss_fn.weight and self.loss_fn.last_unlikelihood == self.loss_fn.last_unlikelihood:  # not nan
                 metrics["unlikelihood"].append(self.loss_fn.last_unlikelihood)
-            if self.own is not None and model.training and self.state.global_step >= self.own.start:
+            if self.own is not None and model.training and self.own.due(self.state.global_step):
                 term = self.own(self.accelerator.unwrap_model(model), inputs["input_ids"])
                 if term is not None:
                     loss = loss + term
@@ -1109,8 +1122,9 @@ def _unlikelihood_text(a: dict) -> str:
         text += f" plus {own} x an unlikelihood term against repeats in its own greedy M: lists"
     if evals:
         text += f" plus {evals} x the E: count (an eval per listed move, then B:) along its own greedy E: fields"
-    if (target or own or evals) and a.get("own_from"):
-        text += f" (the own-list terms from step {a['own_from']} on)"
+    every = a.get("own_every") or 1
+    if (target or own or evals) and (a.get("own_from") or every > 1):
+        text += f" (the own-list terms {f'on one step in {every} ' if every > 1 else ''}from step {a.get('own_from') or 0} on)"
     return text
 
 
