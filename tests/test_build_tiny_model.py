@@ -120,6 +120,8 @@ def test_init_from_continues_a_finished_build(tmp_path):
     assert "(the own-list terms on one step in 2 from step 0 on)" in (tmp_path / "every" / "out" / "README.md").read_text()
     proc = build(tmp_path, "bad_every", "--own_target", "1", "--own_every", "0")
     assert proc.returncode != 0 and "--own_every must be at least 1, got 0" in proc.stderr
+    proc = build(tmp_path, "nothing_every", "--own_every", "2")
+    assert proc.returncode != 0 and "--own_every 2 has no terms to space out" in proc.stderr
     proc = build(tmp_path, "nothing", "--own_from", "5")
     assert proc.returncode != 0 and "--own_from 5 has nothing to start" in proc.stderr
     proc = build(tmp_path, "missing", "--init_from", str(tmp_path / "nowhere"))
