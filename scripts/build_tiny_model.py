@@ -90,7 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "300-step second pass on v2 or with the board tokenizer from scratch. 0: plain cross-entropy")
     p.add_argument("--own_target", type=float, default=0.0,
                    help="weight of a term on the model's own greedy M: lists (OwnLists): each step the model writes\n"
-                        "M: greedily for up to 32 of the batch's P: prompts, and each move slot of its list pays\n"
+                        "M: greedily for up to --own_rows (32) of the batch's P: prompts, and each move slot of its list pays\n"
                         "minus log P(a move of the line's M: list not yet listed). Greedy decoding repeats the\n"
                         "model's first guess, a context the data lines never show. About 1.4x the step time. 0: off.\n"
                         "Measured (README.md), 300 steps on v2: alone at 1 the lists kept repeating; at 0.2 with\n"
@@ -117,6 +117,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="apply the own-list terms on every Nth SFT step from --own_from (steps own_from, own_from + N,\n"
                         "...), at the weights given: each one costs a greedy generation and a forward, so 2 halves what\n"
                         "they add to the build's time. 1: every step")
+    p.add_argument("--own_rows", type=int, default=32,
+                   help="how many of each batch's P: lines the own-list terms generate on and charge (the first ones\n"
+                        "in the batch; the terms are means over their slots, so fewer rows give a noisier term at the\n"
+                        "same weight). Their greedy generation and extra forward and backward scale with it: on tv23's\n"
+                        "model, one call with the E: term took about 0.9 s at 32 rows and 0.6 s at 16 (bf16, 2 cores)")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
@@ -184,6 +189,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--own_from must be at least 0, got {args.own_from}")
     if args.own_every < 1:
         p.error(f"--own_every must be at least 1, got {args.own_every}")
+    if args.own_rows < 1:
+        p.error(f"--own_rows must be at least 1, got {args.own_rows}")
     if not any(getattr(args, name) for name in OWN_TERMS):  # the two flags that place the own-list terms need one
         give = "give --own_target, --own_unlikelihood or --own_evals"
         if args.own_every > 1:
@@ -273,11 +280,12 @@ OWN_TERMS = ("own_target", "own_unlikelihood", "own_evals")
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
             "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed", "dropout", "own_evals",
-            "own_every")
+            "own_every", "own_rows")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
                     "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None,
-                    "dropout": 0.1, "own_evals": 0.0, "own_every": 1}
+                    "dropout": 0.1, "own_evals": 0.0, "own_every": 1,
+                    "own_rows": 32}
 
 
 def sft_args(args) -> dict:
@@ -386,7 +394,8 @@ class OwnLists:
       The generation then runs on through E: (``max_new`` at least 64 tokens).
 
     ``start`` is the first training step (``global_step``, 0-based) the trainer applies the terms at.
-    ``last`` holds the latest batch's ``repeat_share`` (greedy lists with a repeated move), ``list_len`` (mean moves
+    ``last`` holds the latest batch's ``rows`` (the P: lines charged: at most ``rows``), ``repeat_share`` (greedy
+    lists with a repeated move), ``list_len`` (mean moves
     per greedy list), with ``evals`` on ``eval_count_ok`` (the share of greedy E: fields, after a well-formed M:
     list, that hold one eval per move and then ``B``), and each term's mean; empty when the batch had no P: line.
     """
@@ -512,7 +521,7 @@ class OwnLists:
         for b, j, owed, _ in slots:
             if owed != [self.space] and j + 1 < seq.shape[1] and int(seq[b, j + 1]) in self.find.moves:
                 moves[b].append(int(seq[b, j + 1]))
-        self.last = {"repeat_share": sum(len(set(x)) < len(x) for x in moves) / len(lines),
+        self.last = {"rows": len(lines), "repeat_share": sum(len(set(x)) < len(x) for x in moves) / len(lines),
                      "list_len": sum(map(len, moves)) / len(lines)}
         e_slots: list[tuple[int, int, list[int]]] = []
         if self.evals:
@@ -663,7 +672,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
     own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood, start=args.own_from, evals=args.own_evals,
-                   every=args.own_every) \
+                   every=args.own_every, rows=args.own_rows) \
         if any(getattr(args, name) for name in OWN_TERMS) else None
     if args.unlikelihood or own is not None or args.micro_batches > 1:
         trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), own,
@@ -1126,8 +1135,10 @@ def _unlikelihood_text(a: dict) -> str:
     if evals:
         text += f" plus {evals} x the E: count (an eval per listed move, then B:) along its own greedy E: fields"
     every = a.get("own_every") or 1
-    if (target or own or evals) and (a.get("own_from") or every > 1):
-        text += f" (the own-list terms {f'on one step in {every} ' if every > 1 else ''}from step {a.get('own_from') or 0} on)"
+    rows = a.get("own_rows") or 32
+    if (target or own or evals) and (a.get("own_from") or every > 1 or rows != 32):
+        text += (f" (the own-list terms {f'on one step in {every} ' if every > 1 else ''}from step {a.get('own_from') or 0} on"
+                 f"{f', on {rows} P: lines of each batch' if rows != 32 else ''})")
     return text
 
 

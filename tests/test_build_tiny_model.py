@@ -113,11 +113,18 @@ def test_init_from_continues_a_finished_build(tmp_path):
     proc = build(tmp_path, "bad_dropout", "--dropout", "1")
     assert proc.returncode != 0 and "--dropout must be within [0, 1), got 1.0" in proc.stderr
     # --own_every 2 from step 0: the terms at global steps 0 and 2 (the first and third updates) only.
-    proc = build(tmp_path, "every", "--init_from", str(base), "--own_target", "2.0", "--own_every", "2")
+    # With --own_rows 2 the terms charge at most two P: lines of a batch (the other builds: up to 32, all of theirs).
+    proc = build(tmp_path, "every", "--init_from", str(base), "--own_target", "2.0", "--own_every", "2", "--own_rows", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     history = json.loads((tmp_path / "every" / "work" / "final" / "sft_log_history.json").read_text())
     assert {h["step"] for h in history if "own/repeat_share" in h} == {1, 3}
-    assert "(the own-list terms on one step in 2 from step 0 on)" in (tmp_path / "every" / "out" / "README.md").read_text()
+    assert all(0 < h["own/rows"] <= 2 for h in history if "own/rows" in h)
+    assert any(h["own/rows"] > 2 for h in json.loads((tmp_path / "more" / "work" / "final" /
+                                                      "sft_log_history.json").read_text()) if "own/rows" in h)
+    card = (tmp_path / "every" / "out" / "README.md").read_text()
+    assert "(the own-list terms on one step in 2 from step 0 on, on 2 P: lines of each batch)" in card
+    proc = build(tmp_path, "bad_rows", "--own_target", "1", "--own_rows", "0")
+    assert proc.returncode != 0 and "--own_rows must be at least 1, got 0" in proc.stderr
     proc = build(tmp_path, "bad_every", "--own_target", "1", "--own_every", "0")
     assert proc.returncode != 0 and "--own_every must be at least 1, got 0" in proc.stderr
     proc = build(tmp_path, "nothing_every", "--own_every", "2")
