@@ -191,12 +191,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--own_every must be at least 1, got {args.own_every}")
     if args.own_rows < 1:
         p.error(f"--own_rows must be at least 1, got {args.own_rows}")
-    if not any(getattr(args, name) for name in OWN_TERMS):  # the two flags that place the own-list terms need one
+    if not any(getattr(args, name) for name in OWN_TERMS):  # the flags that place the own-list terms need one
         give = "give --own_target, --own_unlikelihood or --own_evals"
         if args.own_every > 1:
             p.error(f"--own_every {args.own_every} has no terms to space out: {give}")
         if args.own_from:
             p.error(f"--own_from {args.own_from} has nothing to start: {give}")
+        if args.own_rows != 32:
+            p.error(f"--own_rows {args.own_rows} has nothing to charge: {give}")
     if args.micro_batches > args.batch_size:
         p.error(f"--micro_batches ({args.micro_batches}) must be at most --batch_size ({args.batch_size})")
     if args.n_embd % args.n_head:

@@ -125,6 +125,8 @@ def test_init_from_continues_a_finished_build(tmp_path):
     assert "(the own-list terms on one step in 2 from step 0 on, on 2 P: lines of each batch)" in card
     proc = build(tmp_path, "bad_rows", "--own_target", "1", "--own_rows", "0")
     assert proc.returncode != 0 and "--own_rows must be at least 1, got 0" in proc.stderr
+    proc = build(tmp_path, "nothing_rows", "--own_rows", "16")
+    assert proc.returncode != 0 and "--own_rows 16 has nothing to charge" in proc.stderr
     proc = build(tmp_path, "bad_every", "--own_target", "1", "--own_every", "0")
     assert proc.returncode != 0 and "--own_every must be at least 1, got 0" in proc.stderr
     proc = build(tmp_path, "nothing_every", "--own_every", "2")
