@@ -117,7 +117,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="apply the own-list terms on every Nth SFT step from --own_from (steps own_from, own_from + N,\n"
                         "...), at the weights given: each one costs a greedy generation and a forward, so 2 halves what\n"
                         "they add to the build's time. 1: every step")
-    p.add_argument("--own_rows", type=int, default=32,
+    p.add_argument("--own_rows", type=int, default=SFT_ARG_DEFAULTS["own_rows"],
                    help="how many of each batch's P: lines the own-list terms generate on and charge (the first ones\n"
                         "in the batch; the terms are means over their slots, so fewer rows give a noisier term at the\n"
                         "same weight). Their greedy generation and extra forward and backward scale with it: on tv23's\n"
@@ -197,7 +197,7 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--own_every {args.own_every} has no terms to space out: {give}")
         if args.own_from:
             p.error(f"--own_from {args.own_from} has nothing to start: {give}")
-        if args.own_rows != 32:
+        if args.own_rows != SFT_ARG_DEFAULTS["own_rows"]:
             p.error(f"--own_rows {args.own_rows} has nothing to charge: {give}")
     if args.micro_batches > args.batch_size:
         p.error(f"--micro_batches ({args.micro_batches}) must be at most --batch_size ({args.batch_size})")
@@ -286,8 +286,7 @@ SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
                     "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None,
-                    "dropout": 0.1, "own_evals": 0.0, "own_every": 1,
-                    "own_rows": 32}
+                    "dropout": 0.1, "own_evals": 0.0, "own_every": 1, "own_rows": 32}
 
 
 def sft_args(args) -> dict:
@@ -396,10 +395,10 @@ class OwnLists:
       The generation then runs on through E: (``max_new`` at least 64 tokens).
 
     ``start`` is the first training step (``global_step``, 0-based) the trainer applies the terms at.
-    ``last`` holds the latest batch's ``rows`` (the P: lines charged: at most ``rows``), ``repeat_share`` (greedy
-    lists with a repeated move), ``list_len`` (mean moves
-    per greedy list), with ``evals`` on ``eval_count_ok`` (the share of greedy E: fields, after a well-formed M:
-    list, that hold one eval per move and then ``B``), and each term's mean; empty when the batch had no P: line.
+    ``last`` holds the latest batch's ``rows`` (how many of its P: lines were charged, at most the ``rows`` argument),
+    ``repeat_share`` (greedy lists with a repeated move), ``list_len`` (mean moves per greedy list), with ``evals``
+    on ``eval_count_ok`` (the share of greedy E: fields, after a well-formed M: list, that hold one eval per move and
+    then ``B``), and each term's mean; empty when the batch had no P: line.
     """
 
     EVAL_START = "-0123456789"  # the first character of an eval text (rookgrpo.chess.formats.format_eval)
@@ -1137,10 +1136,10 @@ def _unlikelihood_text(a: dict) -> str:
     if evals:
         text += f" plus {evals} x the E: count (an eval per listed move, then B:) along its own greedy E: fields"
     every = a.get("own_every") or 1
-    rows = a.get("own_rows") or 32
-    if (target or own or evals) and (a.get("own_from") or every > 1 or rows != 32):
+    rows, all_rows = a.get("own_rows") or SFT_ARG_DEFAULTS["own_rows"], SFT_ARG_DEFAULTS["own_rows"]
+    if (target or own or evals) and (a.get("own_from") or every > 1 or rows != all_rows):
         text += (f" (the own-list terms {f'on one step in {every} ' if every > 1 else ''}from step {a.get('own_from') or 0} on"
-                 f"{f', on {rows} P: lines of each batch' if rows != 32 else ''})")
+                 f"{f', on {rows} P: lines of each batch' if rows != all_rows else ''})")
     return text
 
 
