@@ -113,6 +113,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "second pass that warms it up again. Measured (README.md): the default build with --own_target\n"
                         "0.2 --own_unlikelihood 5 --own_from 1380 wrote greedy format 0.79 (v2: 0), beating a 600-step\n"
                         "second pass on format, top-5 and legal moves, but legal moves fell against v2 (0.52, v2 0.59)")
+    p.add_argument("--own_evals_from", type=int, default=0,
+                   help="SFT step from which the --own_evals term applies, when that is later than --own_from (0: with\n"
+                        "the other own-list terms). The E: count was learnt within 20 steps of a 300-step second pass\n"
+                        "at lr 1e-4 on a model whose M: lists the other terms had already repaired (tv21), without the\n"
+                        "legal-move cost the builds that ran it from --own_from showed (tv23, tv24; docs/tiny-model.md)")
     p.add_argument("--own_every", type=int, default=1,
                    help="apply the own-list terms on every Nth SFT step from --own_from (steps own_from, own_from + N,\n"
                         "...), at the weights given: each one costs a greedy generation and a forward, so 2 halves what\n"
@@ -122,6 +127,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "in the batch; the terms are means over their slots, so fewer rows give a noisier term at the\n"
                         "same weight). Their greedy generation and extra forward and backward scale with it: on tv23's\n"
                         "model, one call with the E: term took about 0.9 s at 32 rows and 0.6 s at 16 (bf16, 2 cores)")
+    p.add_argument("--a_completion_weight", type=float, default=SFT_ARG_DEFAULTS["a_completion_weight"],
+                   help="weight of the cross-entropy on each A: line's completion tokens (after the prompt's third\n"
+                        "+: the next state) against 1 on its prompt tokens, in training (the logged eval loss stays the\n"
+                        "unweighted mean). The loss runs on the whole line, and on tv24's model the A: completion,\n"
+                        "0.46 of an A: line's tokens, held 0.06 of its loss (0.06 nats a token against 0.81 on the\n"
+                        "prompt's FEN and move history): A: exact is decided on a few of those tokens. 1: off")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
@@ -199,6 +210,12 @@ def parse_args(argv=None) -> argparse.Namespace:
             p.error(f"--own_from {args.own_from} has nothing to start: {give}")
         if args.own_rows != SFT_ARG_DEFAULTS["own_rows"]:
             p.error(f"--own_rows {args.own_rows} has nothing to charge: {give}")
+    if args.own_evals_from < 0:
+        p.error(f"--own_evals_from must be at least 0, got {args.own_evals_from}")
+    if args.own_evals_from and not args.own_evals:
+        p.error(f"--own_evals_from {args.own_evals_from} has no E: term to start: give --own_evals")
+    if not args.a_completion_weight > 0:
+        p.error(f"--a_completion_weight must be above 0, got {args.a_completion_weight}")
     if args.micro_batches > args.batch_size:
         p.error(f"--micro_batches ({args.micro_batches}) must be at most --batch_size ({args.batch_size})")
     if args.n_embd % args.n_head:
@@ -282,11 +299,12 @@ OWN_TERMS = ("own_target", "own_unlikelihood", "own_evals")
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
             "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed", "dropout", "own_evals",
-            "own_every", "own_rows")
+            "own_every", "own_rows", "own_evals_from", "a_completion_weight")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
                     "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None,
-                    "dropout": 0.1, "own_evals": 0.0, "own_every": 1, "own_rows": 32}
+                    "dropout": 0.1, "own_evals": 0.0, "own_every": 1, "own_rows": 32,
+                    "own_evals_from": 0, "a_completion_weight": 1.0}
 
 
 def sft_args(args) -> dict:
@@ -305,16 +323,18 @@ class RepeatUnlikelihood:
     ``-log(1 - p(m))`` for each move ``m`` listed before it.
 
     The cross-entropy is the one ``SFTTrainer`` computes itself (summed over labelled tokens, divided by
-    ``num_items_in_batch`` when the trainer passes it, else by their count). ``last_unlikelihood`` holds the latest
-    batch's mean term (``nan`` when the batch had no repeat to penalise).
+    ``num_items_in_batch`` when the trainer passes it, else by their count), with each A: completion token's term
+    (:meth:`completion_start`) times ``a_completion_weight`` when the call asks for the weighted loss.
+    ``last_unlikelihood`` holds the latest batch's mean term (``nan`` when the batch had no repeat to penalise).
     """
 
-    def __init__(self, tokenizer, weight: float):
+    def __init__(self, tokenizer, weight: float, a_completion_weight: float = 1.0):
         from rookgrpo.tiny_model import geometric_moves
 
         vocab = tokenizer.get_vocab()
-        self.weight = weight
-        self.m, self.e, self.colon = vocab["M"], vocab["E"], vocab[":"]
+        self.weight, self.a_completion_weight = weight, a_completion_weight
+        self.m, self.e, self.colon, self.plus = vocab["M"], vocab["E"], vocab[":"], vocab["+"]
+        self.p, self.a = vocab["P"], vocab["A"]
         self.moves = {vocab[m] for m in geometric_moves() if m in vocab}
         self.last_unlikelihood = float("nan")
 
@@ -327,6 +347,32 @@ class RepeatUnlikelihood:
         end = next((i for i in range(start + 2, len(row) - 1) if row[i] == self.e and row[i + 1] == self.colon),
                    len(row))
         return start, end
+
+    def completion_start(self, row: list[int]) -> int:
+        """Position of a token row's first completion token: the ``M`` of ``M:`` in a P: line, the token after the
+        prompt's third ``+`` (``A: fen+move+history+``) in an A: line; the row's length where it has none."""
+        if row[:1] == [self.p]:
+            span = self.m_span(row)
+            return span[0] if span else len(row)
+        if row[:1] == [self.a]:
+            pluses = [i for i, t in enumerate(row) if t == self.plus]
+            return pluses[2] + 1 if len(pluses) >= 3 else len(row)
+        return len(row)
+
+    def token_weights(self, labels):
+        """Weights of ``labels[:, 1:]``'s terms (each target token's): ``a_completion_weight`` on an A: line's
+        completion tokens (:meth:`completion_start`), 1 elsewhere; ``None`` when ``a_completion_weight`` is 1."""
+        import torch
+
+        if self.a_completion_weight == 1:
+            return None
+        w = torch.ones(labels.shape[0], labels.shape[1] - 1)
+        for b, row in enumerate(labels.tolist()):
+            if row[:1] != [self.a]:
+                continue
+            start = self.completion_start(row)
+            w[b, max(start - 1, 0):] = self.a_completion_weight  # target t is row position t + 1
+        return w.to(labels.device)
 
     def repeats(self, labels) -> tuple[list[int], list[int], list[int]]:
         """(row, position whose logits predict the move, earlier move to push down) for every M: repeat candidate."""
@@ -346,17 +392,23 @@ class RepeatUnlikelihood:
                 listed.append(row[t])
         return rows, cols, bans
 
-    def __call__(self, outputs, labels, num_items_in_batch=None, num_repeats=None):
+    def __call__(self, outputs, labels, num_items_in_batch=None, num_repeats=None, weighted: bool = True):
         """The loss of one batch, or of one micro-batch of a batch: ``num_items_in_batch`` and ``num_repeats`` (the
         whole batch's labelled tokens and repeat candidates) then divide this part's sums, so that the parts' losses
-        add up to the whole batch's. ``last_unlikelihood`` is this part's share of the batch's mean term."""
+        add up to the whole batch's. ``last_unlikelihood`` is this part's share of the batch's mean term.
+        ``weighted=False`` gives the plain cross-entropy whatever ``a_completion_weight`` is (the trainer's eval loss)."""
         import torch
         import torch.nn.functional as F
 
         logits = outputs.logits[:, :-1].float()
         target = labels[:, 1:].to(logits.device)
-        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
-                              reduction="sum")
+        w = self.token_weights(labels) if weighted else None
+        if w is None:
+            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                                  reduction="sum")
+        else:
+            nll = (F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                                   reduction="none") * w.reshape(-1)).sum()
         n = num_items_in_batch if num_items_in_batch is not None else (target != -100).sum()
         loss = nll / torch.as_tensor(n, device=nll.device).clamp(min=1)
         rows, cols, bans = self.repeats(labels)
@@ -394,7 +446,9 @@ class OwnLists:
       the same value: a repeated context the data lines never show, as the M: repeats were (docs/tiny-model.md).
       The generation then runs on through E: (``max_new`` at least 64 tokens).
 
-    ``start`` is the first training step (``global_step``, 0-based) the trainer applies the terms at.
+    ``start`` is the first training step (``global_step``, 0-based) the trainer applies the terms at;
+    ``evals_start`` the first one the E: term joins them at (when later: a call given an earlier ``step`` runs
+    without it, generation and all).
     ``last`` holds the latest batch's ``rows`` (how many of its P: lines were charged, at most the ``rows`` argument),
     ``repeat_share`` (greedy lists with a repeated move), ``list_len`` (mean moves per greedy list), with ``evals``
     on ``eval_count_ok`` (the share of greedy E: fields, after a well-formed M: list, that hold one eval per move and
@@ -405,11 +459,12 @@ class OwnLists:
     EVAL_CHARS = EVAL_START + "."
 
     def __init__(self, tokenizer, target: float = 0.0, unlikelihood: float = 0.0, rows: int = 32, max_new: int = 11,
-                 start: int = 0, evals: float = 0.0, every: int = 1):
+                 start: int = 0, evals: float = 0.0, every: int = 1, evals_start: int = 0):
         self.find = RepeatUnlikelihood(tokenizer, 0.0)  # for its M: span and move token ids
         self.target, self.unlikelihood, self.evals, self.rows = target, unlikelihood, evals, rows
         self.max_new = max(max_new, 64) if evals else max_new
-        self.start, self.every = start, every
+        self.list_new = max_new  # before evals_start: the M: list alone
+        self.start, self.every, self.evals_start = start, every, evals_start
         self.pad, self.eos = tokenizer.pad_token_id, tokenizer.eos_token_id
         (self.space,) = tokenizer(" ", add_special_tokens=False)["input_ids"]
         vocab = tokenizer.get_vocab()
@@ -498,13 +553,15 @@ class OwnLists:
 
         return -torch.stack([torch.logsumexp(logp[i, tokens], 0) for i, tokens in enumerate(owed)]).mean()
 
-    def __call__(self, model, input_ids):
-        """The weighted terms for this batch (a 0-d tensor), or ``None`` when there is nothing to charge."""
+    def __call__(self, model, input_ids, step: int | None = None):
+        """The weighted terms for this batch (a 0-d tensor), or ``None`` when there is nothing to charge. ``step``
+        (the training step; ``None``: any) leaves the E: term out before ``evals_start``."""
         import torch
 
         lines = self.prompts(input_ids)
         self.last = {}
-        if not lines or not (self.target or self.unlikelihood or self.evals):
+        evals = self.evals if step is None or step >= self.evals_start else 0.0
+        if not lines or not (self.target or self.unlikelihood or evals):
             return None
         width = max(len(x) for x, _ in lines)
         ids = torch.tensor([[self.pad] * (width - len(x)) + x for x, _ in lines], device=input_ids.device)
@@ -513,8 +570,9 @@ class OwnLists:
         model.eval()
         with torch.no_grad():
             # With the E: term, a row is done at B (nothing after it is charged): the batch stops when all are.
-            stop = {"eos_token_id": [self.b] + ([self.eos] if self.eos is not None else [])} if self.evals else {}
-            seq = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=self.max_new, do_sample=False,
+            stop = {"eos_token_id": [self.b] + ([self.eos] if self.eos is not None else [])} if evals else {}
+            max_new = self.max_new if evals else self.list_new
+            seq = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new, do_sample=False,
                                  pad_token_id=self.pad, **stop)
         model.train(was_training)
         slots = self.slots(seq, width, [d for _, d in lines])
@@ -525,7 +583,7 @@ class OwnLists:
         self.last = {"rows": len(lines), "repeat_share": sum(len(set(x)) < len(x) for x in moves) / len(lines),
                      "list_len": sum(map(len, moves)) / len(lines)}
         e_slots: list[tuple[int, int, list[int]]] = []
-        if self.evals:
+        if evals:
             e_slots, fields = self.eval_slots(seq, width)
             judged = [ok for ok in fields if ok is not None]
             if judged:
@@ -540,7 +598,7 @@ class OwnLists:
             logp = torch.log_softmax(logits[[b for b, *_ in e_slots], [j for _, j, _ in e_slots]].float(), dim=-1)
             term = self._owed(logp, [owed for *_, owed in e_slots])
             self.last["evals"] = float(term.detach())
-            total = total + self.evals * term
+            total = total + evals * term
         if not slots:
             return total
         logp = torch.log_softmax(logits[[b for b, *_ in slots], [j for _, j, *_ in slots]].float(), dim=-1)
@@ -673,10 +731,11 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
         # A: lines differ in length), and the A: loss stalled near 3.7 nats/char where mixed batches reached 1.4.
     )
     own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood, start=args.own_from, evals=args.own_evals,
-                   every=args.own_every, rows=args.own_rows) \
+                   every=args.own_every, rows=args.own_rows, evals_start=args.own_evals_from) \
         if any(getattr(args, name) for name in OWN_TERMS) else None
-    if args.unlikelihood or own is not None or args.micro_batches > 1:
-        trainer = _unlikelihood_trainer(SFTTrainer)(RepeatUnlikelihood(tokenizer, args.unlikelihood), own,
+    if args.unlikelihood or own is not None or args.micro_batches > 1 or args.a_completion_weight != 1:
+        loss_fn = RepeatUnlikelihood(tokenizer, args.unlikelihood, a_completion_weight=args.a_completion_weight)
+        trainer = _unlikelihood_trainer(SFTTrainer)(loss_fn, own,
                                                     model=str(init), args=config, train_dataset=train,
                                                     eval_dataset=held, micro_batches=args.micro_batches)
     else:
@@ -761,7 +820,8 @@ def _unlikelihood_trainer(base):
             done, parts = 0.0, []  # parts: each micro-batch's share of the batch's mean unlikelihood term
             for i, chunk in enumerate(chunks):
                 outputs = model(**{k: v for k, v in chunk.items() if k != "labels"}, use_cache=False)
-                loss = self.loss_fn(outputs, chunk["labels"], num_items_in_batch=n, num_repeats=num_repeats)
+                loss = self.loss_fn(outputs, chunk["labels"], num_items_in_batch=n, num_repeats=num_repeats,
+                                    weighted=model.training)
                 if self.loss_fn.last_unlikelihood == self.loss_fn.last_unlikelihood:  # not nan
                     parts.append(self.loss_fn.last_unlikelihood)
                 if i < len(chunks) - 1:
@@ -775,13 +835,14 @@ def _unlikelihood_trainer(base):
                 outputs, loss = None, self._micro_batch_loss(model, inputs, num_items_in_batch)
             else:
                 outputs = model(**{k: v for k, v in inputs.items() if k != "labels"}, use_cache=False)
-                loss = self.loss_fn(outputs, inputs["labels"], num_items_in_batch=num_items_in_batch)
+                loss = self.loss_fn(outputs, inputs["labels"], num_items_in_batch=num_items_in_batch,
+                                    weighted=model.training)
             mode = "train" if model.training else "eval"
             metrics = self._metrics[mode]
             if self.loss_fn.weight and self.loss_fn.last_unlikelihood == self.loss_fn.last_unlikelihood:  # not nan
                 metrics["unlikelihood"].append(self.loss_fn.last_unlikelihood)
             if self.own is not None and model.training and self.own.due(self.state.global_step):
-                term = self.own(self.accelerator.unwrap_model(model), inputs["input_ids"])
+                term = self.own(self.accelerator.unwrap_model(model), inputs["input_ids"], step=self.state.global_step)
                 if term is not None:
                     loss = loss + term
                 for key, value in self.own.last.items():
@@ -1126,6 +1187,9 @@ def _unlikelihood_text(a: dict) -> str:
 
     >>> _unlikelihood_text({"own_evals": 1.0, "own_from": 3000})
     ' plus 1.0 x the E: count (an eval per listed move, then B:) along its own greedy E: fields (the own-list terms from step 3000 on)'
+    >>> _unlikelihood_text({"own_target": 0.2, "own_evals": 1.0, "own_from": 2200, "own_evals_from": 3000,
+    ...                     "a_completion_weight": 3.0})[-152:]
+    "(the own-list terms from step 2200 on, the E: count from step 3000 on), each A: completion token's cross-entropy (the next state) weighted 3 in training"
     """
     weight, target, own, evals = (a.get(k) or 0 for k in ("unlikelihood", "own_target", "own_unlikelihood", "own_evals"))
     text = f" plus {weight} x an unlikelihood term against repeating a move in M:" if weight else ""
@@ -1137,9 +1201,14 @@ def _unlikelihood_text(a: dict) -> str:
         text += f" plus {evals} x the E: count (an eval per listed move, then B:) along its own greedy E: fields"
     every = a.get("own_every") or 1
     rows, all_rows = a.get("own_rows") or SFT_ARG_DEFAULTS["own_rows"], SFT_ARG_DEFAULTS["own_rows"]
-    if (target or own or evals) and (a.get("own_from") or every > 1 or rows != all_rows):
+    evals_from = a.get("own_evals_from") or 0
+    if (target or own or evals) and (a.get("own_from") or every > 1 or rows != all_rows or evals_from):
         text += (f" (the own-list terms {f'on one step in {every} ' if every > 1 else ''}from step {a.get('own_from') or 0} on"
+                 f"{f', the E: count from step {evals_from} on' if evals_from else ''}"
                  f"{f', on {rows} P: lines of each batch' if rows != all_rows else ''})")
+    cw = a.get("a_completion_weight") or 1.0
+    if cw != 1:
+        text += f", each A: completion token's cross-entropy (the next state) weighted {cw:g} in training"
     return text
 
 

@@ -495,3 +495,84 @@ def test_own_evals_term_teaches_a_model_to_stop_its_e_field_at_its_move_count(tm
     assert torch.allclose(term, expected, rtol=1e-4), (term, expected)
     _steps_on(own, model, ids)
     assert p_b_after_three() > 2 * before, (before, p_b_after_three())
+
+
+def test_a_completion_weight_weights_the_answer_tokens_in_training_only(tmp_path):
+    """--a_completion_weight W: the completion of a P: line starts at its ``M``, of an A: line after the prompt's
+    third ``+``; the training loss is the cross-entropy with the A: completion's terms times W (over the same token
+    count; P: lines unweighted), the eval loss the plain one, and micro-batches still give the whole batch's loss."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    script = _script()
+    path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    p_prompt, p_answer = "P: 4k3/8/8/8/8/8/8/4K3 b - - 0 1 ", "M: e8e7 e8d7 E: 0.3 0.4 B: e8d7"
+    a_prompt = "A: 4k3/8/8/8/8/8/8/4K3 w - - 0 1+e1e2+e1e2+"
+    a_answer = "4k3/8/8/8/8/8/4K3/8 b - - 1 1+0.001+0+0"
+    tok.padding_side = "right"
+    enc = tok([p_prompt + p_answer, a_prompt + a_answer], padding=True, return_tensors="pt")
+    labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+    fn = script.RepeatUnlikelihood(tok, 0.0, a_completion_weight=3.0)
+    n_prompt = [len(tok(x)["input_ids"]) for x in (p_prompt, a_prompt)]
+    assert [fn.completion_start(r) for r in labels.tolist()] == n_prompt
+    cut = tok("P: 8/8 w")["input_ids"]  # no M: (cut off): no completion
+    assert fn.completion_start(cut) == len(cut)
+    assert script.RepeatUnlikelihood(tok, 0.0).token_weights(labels) is None
+
+    out = model(**enc)
+    nll = F.cross_entropy(out.logits[:, :-1].reshape(-1, len(tok)), labels[:, 1:].reshape(-1), ignore_index=-100,
+                          reduction="none").reshape(2, -1)
+    w = torch.ones_like(nll)
+    w[1, n_prompt[1] - 1:] = 3.0  # the A: line's; the target at row position t + 1 is scored at t
+    n = (labels[:, 1:] != -100).sum()
+    assert torch.allclose(fn(out, labels), (nll * w).sum() / n)
+    assert torch.allclose(fn(out, labels, weighted=False), nll.sum() / n)
+    assert fn(out, labels) > fn(out, labels, weighted=False)
+    # The micro-batch path: two parts of the batch add up to the whole batch's weighted loss.
+    parts = script.length_sorted_chunks({**enc, "labels": labels}, 2)
+    split = sum(fn(model(input_ids=c["input_ids"], attention_mask=c["attention_mask"]), c["labels"],
+                   num_items_in_batch=n) for c in parts)
+    assert torch.allclose(split, fn(out, labels), rtol=1e-5)
+
+
+def test_own_evals_from_starts_the_e_term_after_the_list_terms(tmp_path):
+    """OwnLists(evals_start=S): before step S a call charges the M: list terms alone (a generation as short as
+    without the E: term, no E: numbers logged); from S on the E: term joins them. The flag is checked."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    ids = tok(["P: 4k3/8/8/8/8/8/8/4K3 b - - 0 1 M: e8e7 e8d7 e8f7 E: 0.1 0.2 0.3 B: e8e7"],
+              return_tensors="pt")["input_ids"]
+    torch.manual_seed(0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(100):  # a model that writes the line, so its greedy generation has an E: field to charge
+        opt.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+    model.eval()
+    generated = []
+    generate = model.generate
+    model.generate = lambda **kw: generated.append(kw["max_new_tokens"]) or generate(**kw)
+    own = _script().OwnLists(tok, target=1.0, evals=1.0, start=2, evals_start=5)
+    lists_only = _script().OwnLists(tok, target=1.0, start=2)
+    early = own(model, ids, step=4)
+    assert "evals" not in own.last and "eval_count_ok" not in own.last and "target" in own.last
+    assert torch.allclose(early, lists_only(model, ids, step=4))
+    assert generated == [lists_only.max_new] * 2
+    own(model, ids, step=5)
+    assert "evals" in own.last and own.last["eval_count_ok"] == 1.0 and generated[-1] >= 64
+    own(model, ids)  # no step given: every term
+    assert "evals" in own.last
+
+    proc = build(tmp_path, "no_evals", "--own_target", "1", "--own_evals_from", "3")
+    assert proc.returncode != 0 and "--own_evals_from 3 has no E: term to start: give --own_evals" in proc.stderr
+    proc = build(tmp_path, "bad_weight", "--a_completion_weight", "0")
+    assert proc.returncode != 0 and "--a_completion_weight must be above 0, got 0.0" in proc.stderr
