@@ -116,8 +116,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--own_evals_from", type=int, default=0,
                    help="SFT step from which the --own_evals term applies, when that is later than --own_from (0: with\n"
                         "the other own-list terms). The E: count was learnt within 20 steps of a 300-step second pass\n"
-                        "at lr 1e-4 on a model whose M: lists the other terms had already repaired (tv21), without the\n"
-                        "legal-move cost the builds that ran it from --own_from showed (tv23, tv24; docs/tiny-model.md)")
+                        "at lr 1e-4 on a model whose M: lists the other terms had already repaired (tv21); the builds\n"
+                        "that ran it from --own_from (tv23, tv24) lost some legal moves, by which term is not separated\n"
+                        "(docs/tiny-model.md)")
     p.add_argument("--own_every", type=int, default=1,
                    help="apply the own-list terms on every Nth SFT step from --own_from (steps own_from, own_from + N,\n"
                         "...), at the weights given: each one costs a greedy generation and a forward, so 2 halves what\n"
