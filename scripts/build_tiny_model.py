@@ -406,12 +406,10 @@ class RepeatUnlikelihood:
         logits = outputs.logits[:, :-1].float()
         target = labels[:, 1:].to(logits.device)
         w = self.token_weights(labels) if weighted else None
-        if w is None:
-            nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
-                                  reduction="sum")
-        else:
-            nll = (F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
-                                   reduction="none") * w.reshape(-1)).sum()
+        nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100,
+                              reduction="sum" if w is None else "none")
+        if w is not None:
+            nll = (nll * w.reshape(-1)).sum()
         n = num_items_in_batch if num_items_in_batch is not None else (target != -100).sum()
         loss = nll / torch.as_tensor(n, device=nll.device).clamp(min=1)
         rows, cols, bans = self.repeats(labels)
