@@ -136,6 +136,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "prompt's FEN and move history): A: exact is decided on a few of those tokens. Measured at 4\n"
                         "(tv25, docs/tiny-model.md): held-out A: exact 0.531 (tv24 0.391), but legal 0.615 (0.781)\n"
                         "and top-5 0.286 (0.443): the P: answers pay for it. 1: off")
+    p.add_argument("--p_completion_weight", type=float, default=SFT_ARG_DEFAULTS["p_completion_weight"],
+                   help="weight of the cross-entropy on each P: line's completion tokens (from M: on: the moves, evals\n"
+                        "and best move), as --a_completion_weight is for A: lines. 1: off")
+    p.add_argument("--prompt_weight", type=float, default=SFT_ARG_DEFAULTS["prompt_weight"],
+                   help="weight of the cross-entropy on every line's prompt tokens (the task prefix, FEN and, in A:\n"
+                        "lines, the move and history), in training. Below 1 it moves the loss toward both answers\n"
+                        "without raising the loss's scale against the own-list terms (e.g. 0.5 with both completion\n"
+                        "weights at 2). Not 0: predicting the FEN is part of how a model this small learns the board\n"
+                        "(see completion_only_loss in sft()). 1: off")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
@@ -217,8 +226,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--own_evals_from must be at least 0, got {args.own_evals_from}")
     if args.own_evals_from and not args.own_evals:
         p.error(f"--own_evals_from {args.own_evals_from} has no E: term to start: give --own_evals")
-    if not args.a_completion_weight > 0:
-        p.error(f"--a_completion_weight must be above 0, got {args.a_completion_weight}")
+    for name in ("a_completion_weight", "p_completion_weight", "prompt_weight"):
+        if not getattr(args, name) > 0:
+            p.error(f"--{name} must be above 0, got {getattr(args, name)}")
     if args.micro_batches > args.batch_size:
         p.error(f"--micro_batches ({args.micro_batches}) must be at most --batch_size ({args.batch_size})")
     if args.n_embd % args.n_head:
@@ -302,12 +312,12 @@ OWN_TERMS = ("own_target", "own_unlikelihood", "own_evals")
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
             "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed", "dropout", "own_evals",
-            "own_every", "own_rows", "own_evals_from", "a_completion_weight")
+            "own_every", "own_rows", "own_evals_from", "a_completion_weight", "p_completion_weight", "prompt_weight")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
                     "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None,
                     "dropout": 0.1, "own_evals": 0.0, "own_every": 1, "own_rows": 32,
-                    "own_evals_from": 0, "a_completion_weight": 1.0}
+                    "own_evals_from": 0, "a_completion_weight": 1.0, "p_completion_weight": 1.0, "prompt_weight": 1.0}
 
 
 def sft_args(args) -> dict:
@@ -327,15 +337,18 @@ class RepeatUnlikelihood:
 
     The cross-entropy is the one ``SFTTrainer`` computes itself (summed over labelled tokens, divided by
     ``num_items_in_batch`` when the trainer passes it, else by their count), with each A: completion token's term
-    (:meth:`completion_start`) times ``a_completion_weight`` when the call asks for the weighted loss.
+    (:meth:`completion_start`) times ``a_completion_weight``, each P: completion token's times ``p_completion_weight``
+    and each prompt token's times ``prompt_weight`` when the call asks for the weighted loss.
     ``last_unlikelihood`` holds the latest batch's mean term (``nan`` when the batch had no repeat to penalise).
     """
 
-    def __init__(self, tokenizer, weight: float, a_completion_weight: float = 1.0):
+    def __init__(self, tokenizer, weight: float, a_completion_weight: float = 1.0, p_completion_weight: float = 1.0,
+                 prompt_weight: float = 1.0):
         from rookgrpo.tiny_model import geometric_moves
 
         vocab = tokenizer.get_vocab()
         self.weight, self.a_completion_weight = weight, a_completion_weight
+        self.p_completion_weight, self.prompt_weight = p_completion_weight, prompt_weight
         self.m, self.e, self.colon, self.plus = vocab["M"], vocab["E"], vocab[":"], vocab["+"]
         self.p, self.a = vocab["P"], vocab["A"]
         self.moves = {vocab[m] for m in geometric_moves() if m in vocab}
@@ -363,18 +376,21 @@ class RepeatUnlikelihood:
         return len(row)
 
     def token_weights(self, labels):
-        """Weights of ``labels[:, 1:]``'s terms (each target token's): ``a_completion_weight`` on an A: line's
-        completion tokens (:meth:`completion_start`), 1 elsewhere; ``None`` when ``a_completion_weight`` is 1."""
+        """Weights of ``labels[:, 1:]``'s terms (each target token's): ``prompt_weight`` on a P: or A: line's prompt
+        tokens, ``p_completion_weight`` / ``a_completion_weight`` on its completion tokens (:meth:`completion_start`),
+        1 on any other line; ``None`` when all three weights are 1."""
         import torch
 
-        if self.a_completion_weight == 1:
+        completion = {self.p: self.p_completion_weight, self.a: self.a_completion_weight}
+        if self.prompt_weight == 1 and set(completion.values()) == {1}:
             return None
         w = torch.ones(labels.shape[0], labels.shape[1] - 1)
         for b, row in enumerate(labels.tolist()):
-            if row[:1] != [self.a]:
+            if row[0] not in completion:
                 continue
-            start = self.completion_start(row)
-            w[b, max(start - 1, 0):] = self.a_completion_weight  # target t is row position t + 1
+            start = max(self.completion_start(row) - 1, 0)  # target t is row position t + 1
+            w[b, :start] = self.prompt_weight
+            w[b, start:] = completion[row[0]]
         return w.to(labels.device)
 
     def repeats(self, labels) -> tuple[list[int], list[int], list[int]]:
@@ -399,7 +415,7 @@ class RepeatUnlikelihood:
         """The loss of one batch, or of one micro-batch of a batch: ``num_items_in_batch`` and ``num_repeats`` (the
         whole batch's labelled tokens and repeat candidates) then divide this part's sums, so that the parts' losses
         add up to the whole batch's. ``last_unlikelihood`` is this part's share of the batch's mean term.
-        ``weighted=False`` gives the plain cross-entropy whatever ``a_completion_weight`` is (the trainer's eval loss)."""
+        ``weighted=False`` gives the plain cross-entropy whatever the token weights are (the trainer's eval loss)."""
         import torch
         import torch.nn.functional as F
 
@@ -734,8 +750,9 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     own = OwnLists(tokenizer, args.own_target, args.own_unlikelihood, start=args.own_from, evals=args.own_evals,
                    every=args.own_every, rows=args.own_rows, evals_start=args.own_evals_from) \
         if any(getattr(args, name) for name in OWN_TERMS) else None
-    if args.unlikelihood or own is not None or args.micro_batches > 1 or args.a_completion_weight != 1:
-        loss_fn = RepeatUnlikelihood(tokenizer, args.unlikelihood, a_completion_weight=args.a_completion_weight)
+    weights = {k: getattr(args, k) for k in ("a_completion_weight", "p_completion_weight", "prompt_weight")}
+    if args.unlikelihood or own is not None or args.micro_batches > 1 or set(weights.values()) != {1}:
+        loss_fn = RepeatUnlikelihood(tokenizer, args.unlikelihood, **weights)
         trainer = _unlikelihood_trainer(SFTTrainer)(loss_fn, own,
                                                     model=str(init), args=config, train_dataset=train,
                                                     eval_dataset=held, micro_batches=args.micro_batches)
@@ -1189,8 +1206,10 @@ def _unlikelihood_text(a: dict) -> str:
     >>> _unlikelihood_text({"own_evals": 1.0, "own_from": 3000})
     ' plus 1.0 x the E: count (an eval per listed move, then B:) along its own greedy E: fields (the own-list terms from step 3000 on)'
     >>> _unlikelihood_text({"own_target": 0.2, "own_evals": 1.0, "own_from": 2200, "own_evals_from": 3000,
-    ...                     "a_completion_weight": 3.0})[-152:]
-    "(the own-list terms from step 2200 on, the E: count from step 3000 on), each A: completion token's cross-entropy (the next state) weighted 3 in training"
+    ...                     "a_completion_weight": 3.0})[-136:]
+    '(the own-list terms from step 2200 on, the E: count from step 3000 on), the cross-entropy weighted 3 on A: completion tokens in training'
+    >>> _unlikelihood_text({"prompt_weight": 0.5, "p_completion_weight": 2.0, "a_completion_weight": 2.0})
+    ', the cross-entropy weighted 0.5 on prompt tokens, 2 on P: completion tokens, 2 on A: completion tokens in training'
     """
     weight, target, own, evals = (a.get(k) or 0 for k in ("unlikelihood", "own_target", "own_unlikelihood", "own_evals"))
     text = f" plus {weight} x an unlikelihood term against repeating a move in M:" if weight else ""
@@ -1207,9 +1226,12 @@ def _unlikelihood_text(a: dict) -> str:
         text += (f" (the own-list terms {f'on one step in {every} ' if every > 1 else ''}from step {a.get('own_from') or 0} on"
                  f"{f', the E: count from step {evals_from} on' if evals_from else ''}"
                  f"{f', on {rows} P: lines of each batch' if rows != all_rows else ''})")
-    cw = a.get("a_completion_weight") or 1.0
-    if cw != 1:
-        text += f", each A: completion token's cross-entropy (the next state) weighted {cw:g} in training"
+    parts = [f"{w:g} on {what} tokens"
+             for key, what in (("prompt_weight", "prompt"), ("p_completion_weight", "P: completion"),
+                               ("a_completion_weight", "A: completion"))
+             if (w := a.get(key) or 1.0) != 1]
+    if parts:
+        text += ", the cross-entropy weighted " + ", ".join(parts) + " in training"
     return text
 
 

@@ -500,7 +500,8 @@ def test_own_evals_term_teaches_a_model_to_stop_its_e_field_at_its_move_count(tm
 def test_a_completion_weight_weights_the_answer_tokens_in_training_only(tmp_path):
     """--a_completion_weight W: the completion of a P: line starts at its ``M``, of an A: line after the prompt's
     third ``+``; the training loss is the cross-entropy with the A: completion's terms times W (over the same token
-    count; P: lines unweighted), the eval loss the plain one, and micro-batches still give the whole batch's loss."""
+    count; P: lines unweighted), the eval loss the plain one, and micro-batches still give the whole batch's loss.
+    --p_completion_weight and --prompt_weight weight the P: completion and every prompt the same way."""
     import torch
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -537,6 +538,14 @@ def test_a_completion_weight_weights_the_answer_tokens_in_training_only(tmp_path
     split = sum(fn(model(input_ids=c["input_ids"], attention_mask=c["attention_mask"]), c["labels"],
                    num_items_in_batch=n) for c in parts)
     assert torch.allclose(split, fn(out, labels), rtol=1e-5)
+    # --prompt_weight and --p_completion_weight: every line's prompt and the P: line's completion weighted too.
+    both = script.RepeatUnlikelihood(tok, 0.0, a_completion_weight=2.0, p_completion_weight=3.0, prompt_weight=0.5)
+    w = torch.full_like(nll, 0.5)
+    w[0, n_prompt[0] - 1:], w[1, n_prompt[1] - 1:] = 3.0, 2.0
+    assert torch.allclose(both(out, labels), (nll * w).sum() / n)
+    assert torch.allclose(both(out, labels, weighted=False), nll.sum() / n)
+    prompt_only = script.RepeatUnlikelihood(tok, 0.0, prompt_weight=0.5).token_weights(labels)
+    assert prompt_only is not None and prompt_only[1, n_prompt[1] - 1:].eq(1).all()
 
 
 def test_own_evals_from_starts_the_e_term_after_the_list_terms(tmp_path):
@@ -576,3 +585,5 @@ def test_own_evals_from_starts_the_e_term_after_the_list_terms(tmp_path):
     assert proc.returncode != 0 and "--own_evals_from 3 has no E: term to start: give --own_evals" in proc.stderr
     proc = build(tmp_path, "bad_weight", "--a_completion_weight", "0")
     assert proc.returncode != 0 and "--a_completion_weight must be above 0, got 0.0" in proc.stderr
+    proc = build(tmp_path, "bad_prompt_weight", "--prompt_weight", "0")
+    assert proc.returncode != 0 and "--prompt_weight must be above 0, got 0.0" in proc.stderr
