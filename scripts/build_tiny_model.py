@@ -145,6 +145,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "without raising the loss's scale against the own-list terms (e.g. 0.5 with both completion\n"
                         "weights at 2). Not 0: predicting the FEN is part of how a model this small learns the board\n"
                         "(see completion_only_loss in sft()). 1: off")
+    p.add_argument("--move_squares", action=argparse.BooleanOptionalAction, default=SFT_ARG_DEFAULTS["move_squares"],
+                   help="train each UCI move token's embedding as its own vector plus shared from-square, to-square\n"
+                        "and promotion vectors (MoveSquares), in the input and the tied output head; folded into the\n"
+                        "embedding when the model is saved, so the packaged model stays a plain GPT-2. For the A: task,\n"
+                        "whose commonest error is writing the board back unchanged: every move's squares readable from\n"
+                        "one shared code. With --init_from the shared vectors start at zero")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
@@ -312,12 +318,14 @@ OWN_TERMS = ("own_target", "own_unlikelihood", "own_evals")
 SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_a_share", "epochs", "lr", "batch_size",
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
             "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed", "dropout", "own_evals",
-            "own_every", "own_rows", "own_evals_from", "a_completion_weight", "p_completion_weight", "prompt_weight")
+            "own_every", "own_rows", "own_evals_from", "a_completion_weight", "p_completion_weight", "prompt_weight",
+            "move_squares")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
                     "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None,
                     "dropout": 0.1, "own_evals": 0.0, "own_every": 1, "own_rows": 32,
-                    "own_evals_from": 0, "a_completion_weight": 1.0, "p_completion_weight": 1.0, "prompt_weight": 1.0}
+                    "own_evals_from": 0, "a_completion_weight": 1.0, "p_completion_weight": 1.0, "prompt_weight": 1.0,
+                    "move_squares": False}
 
 
 def sft_args(args) -> dict:
@@ -632,6 +640,90 @@ class OwnLists:
         return total
 
 
+class MoveSquares:
+    """Each UCI move token's embedding as its own vector plus three shared ones: its from-square's, its to-square's
+    and its promotion piece's (``--move_squares``), in the input embedding and, through GPT-2's tied weights, in the
+    output head.
+
+    Why: with one token per move, a move's squares are only in what its embedding learns from the lines it occurs in.
+    The A: task has to apply the move to the board (a model that cannot read the move writes the board back
+    unchanged, the largest A: error of the packaged models, docs/tiny-model.md), and a move seen in few lines has
+    an embedding that says little about where it goes. Shared square vectors give every move, rare or not, the same
+    readable code for its squares, and tie each P: move's logit to its squares as well.
+
+    :meth:`attach` adds the vectors to a loaded GPT-2 as a submodule ``move_squares`` (saved in checkpoints, so a
+    resumed run has them), and the token embedding and the head then run on their weight plus each token's share of
+    the vectors; :meth:`fold` adds that share into the embedding rows and removes the vectors, so the saved model is
+    a plain GPT-2 computing the same function.
+
+    >>> from rookgrpo.tiny_model import build_move_tokenizer
+    >>> index = MoveSquares.index(build_move_tokenizer())
+    >>> tok = build_move_tokenizer().get_vocab()
+    >>> index[tok["e2e4"]].tolist(), index[tok["e7e8q"]].tolist(), index[tok["e"]].tolist()
+    ([12, 92, 132], [52, 124, 128], [132, 132, 132])
+    """
+
+    SLOTS = 64 + 64 + 4  # from-squares, to-squares, promotion pieces; slot SLOTS is the zero vector
+
+    @classmethod
+    def index(cls, tokenizer):
+        """(vocabulary size, 3) long tensor: each token's from-square, to-square and promotion slot, ``SLOTS`` where
+        it has none (every token that is not a move)."""
+        import torch
+
+        from rookgrpo.tiny_model import SQUARES, geometric_moves
+
+        index = torch.full((len(tokenizer), 3), cls.SLOTS, dtype=torch.long)
+        vocab = tokenizer.get_vocab()
+        for move in geometric_moves():
+            if move in vocab:
+                index[vocab[move], 0] = SQUARES.index(move[:2])
+                index[vocab[move], 1] = 64 + SQUARES.index(move[2:4])
+                if len(move) == 5:
+                    index[vocab[move], 2] = 128 + "qrbn".index(move[4])
+        return index
+
+    @classmethod
+    def attach(cls, model, tokenizer, seed: int, zero: bool = False) -> None:
+        """Give ``model`` (a GPT-2 with tied embeddings) the shared square vectors, drawn as GPT-2 draws its
+        embeddings (normal, std ``initializer_range``) from ``seed``, or all zero (``zero``: a model that already
+        computes what it should, such as a continued one, then starts from its own function)."""
+        import torch
+        import torch.nn.functional as F
+
+        wte, head = model.get_input_embeddings(), model.get_output_embeddings()
+        if head.weight is not wte.weight:
+            raise ValueError("--move_squares needs a GPT-2 whose output head is tied to its token embedding")
+        gen = torch.Generator().manual_seed(seed)
+        module = torch.nn.Module()
+        module.weight = torch.nn.Parameter(
+            torch.randn(cls.SLOTS, wte.weight.shape[1], generator=gen) * (0.0 if zero else model.config.initializer_range))
+        module.register_buffer("index", cls.index(tokenizer).to(wte.weight.device), persistent=False)
+        model.move_squares = module.to(wte.weight.device)
+
+        def rows():  # (vocabulary, n_embd): each token's share of the square vectors
+            table = torch.cat([module.weight, module.weight.new_zeros(1, module.weight.shape[1])])
+            return table[module.index].sum(1)
+
+        # The two modules' own forward, on their weight plus the vectors' rows (one lookup, one matmul, as before).
+        wte.forward = lambda ids: F.embedding(ids, wte.weight + rows())
+        head.forward = lambda x: F.linear(x, head.weight + rows(), head.bias)
+        module.rows = rows
+
+    @staticmethod
+    def fold(model) -> None:
+        """Add the square vectors into the (tied) embedding rows and remove them and their hooks: the model is then
+        a plain GPT-2 with the same outputs."""
+        import torch
+
+        module = model.move_squares
+        with torch.no_grad():
+            model.get_input_embeddings().weight += module.rows()
+        for layer in (model.get_input_embeddings(), model.get_output_embeddings()):
+            del layer.forward  # the class's own forward again
+        del model.move_squares
+
+
 def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
     """All P: lines and as many A: lines (a seeded draw, file order kept) as make ``a_share`` of the mix."""
     p_lines = [line for line in lines if line.startswith("P:")]
@@ -758,11 +850,15 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
                                                     eval_dataset=held, micro_batches=args.micro_batches)
     else:
         trainer = SFTTrainer(model=str(init), args=config, train_dataset=train, eval_dataset=held)
+    if args.move_squares:  # before train(): the optimizer and a resumed checkpoint see the vectors
+        MoveSquares.attach(trainer.model, tokenizer, seed, zero=bool(args.init_from))
     t0 = time.time()
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     seconds = time.time() - t0
     final = work / "final"
     shutil.rmtree(final, ignore_errors=True)
+    if args.move_squares:
+        MoveSquares.fold(trainer.model)
     trainer.save_model(str(final))
     trainer.processing_class.save_pretrained(str(final))
     history = trainer.state.log_history
@@ -1160,7 +1256,7 @@ def _sft_text(build: dict) -> str:
     return f"""- SFT{_init_text(a)}: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to
   {a.get('sft_a_share', 1.0):.0%} of the mix ({sft.get('train_lines', '?')} lines), M: moves in
   {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole
-  line{_unlikelihood_text(a)}, {_length_text(a, sft)}, lr {a['lr']} cosine, batch {a['batch_size']}{_micro_text(a)}, {precision},
+  line{_unlikelihood_text(a)}{_squares_text(a)}, {_length_text(a, sft)}, lr {a['lr']} cosine, batch {a['batch_size']}{_micro_text(a)}, {precision},
   {ACTIVATION_TEXT[_recorded(a)['activation']]}, dropout {_recorded(a)['dropout']:g};
   final train loss {_fmt(sft.get('final_train_loss'))}, eval loss on the GRPO positions
   {_fmt(sft.get('final_eval_loss'))} (nats per token).
@@ -1233,6 +1329,20 @@ def _unlikelihood_text(a: dict) -> str:
     if parts:
         text += ", the cross-entropy weighted " + ", ".join(parts) + " in training"
     return text
+
+
+def _squares_text(a: dict) -> str:
+    """The model card's words for ``--move_squares``.
+
+    >>> _squares_text({"move_squares": True})
+    ', each move token trained as its own vector plus shared from-square, to-square and promotion vectors (`--move_squares`, folded into the embedding)'
+    >>> _squares_text({})
+    ''
+    """
+    if not a.get("move_squares"):
+        return ""
+    return (", each move token trained as its own vector plus shared from-square, to-square and promotion vectors"
+            " (`--move_squares`, folded into the embedding)")
 
 
 def _fmt(value) -> str:

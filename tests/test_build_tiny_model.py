@@ -587,3 +587,70 @@ def test_own_evals_from_starts_the_e_term_after_the_list_terms(tmp_path):
     assert proc.returncode != 0 and "--a_completion_weight must be above 0, got 0.0" in proc.stderr
     proc = build(tmp_path, "bad_prompt_weight", "--prompt_weight", "0")
     assert proc.returncode != 0 and "--prompt_weight must be above 0, got 0.0" in proc.stderr
+
+
+def test_move_squares_share_square_vectors_across_moves_and_fold_into_a_plain_gpt2(tmp_path):
+    """MoveSquares: each move token's input embedding and output logit gain its from-, to- and promotion vectors
+    (shared by every move with that square), other tokens nothing; gradients reach the shared vectors from any move;
+    folding them into the tied embedding leaves a plain GPT-2 with the same logits."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    script = _script()
+    path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    enc = tok(["A: 4k3/8/8/8/8/8/8/4K3 w - - 0 1+e1e2+e1e2+", "P: 8/8 w M: e7e8q a1c4"], padding=True,
+              return_tensors="pt")
+    plain = model(**enc).logits.detach()
+    wte = model.get_input_embeddings().weight.detach().clone()
+    script.MoveSquares.attach(model, tok, seed=0)
+    vocab, sq = tok.get_vocab(), model.move_squares.weight
+    # Inputs: e1e2 reads its own row plus e1 (from), e2 (to); e7e8q adds q; "e" (a character) nothing.
+    emb = model.get_input_embeddings()(torch.tensor([vocab["e1e2"], vocab["e7e8q"], vocab["e"]]))
+    assert torch.allclose(emb[0], wte[vocab["e1e2"]] + sq[4] + sq[64 + 12])
+    assert torch.allclose(emb[1], wte[vocab["e7e8q"]] + sq[52] + sq[64 + 60] + sq[128])
+    assert torch.equal(emb[2], wte[vocab["e"]])
+    hooked = model(**enc).logits
+    assert not torch.allclose(hooked, plain)
+    # A gradient through one move reaches the vectors of its squares only (and of every square it touches).
+    hooked[0, -1, vocab["a2a4"]].backward()
+    touched = set(torch.nonzero(sq.grad.abs().sum(1)).flatten().tolist())
+    assert {8, 64 + 24} <= touched and 128 not in touched  # a2 as from-square, a4 as to-square; no promotion
+    # Folded: a plain GPT-2 (no extra weights saved) computing the same logits.
+    script.MoveSquares.fold(model)
+    assert not hasattr(model, "move_squares")
+    assert torch.allclose(model(**enc).logits, hooked.detach(), atol=1e-5)
+    model.save_pretrained(tmp_path / "folded")
+    again = AutoModelForCausalLM.from_pretrained(tmp_path / "folded")
+    assert torch.allclose(again(**enc).logits, hooked.detach(), atol=1e-5)
+    assert "move_squares.weight" not in again.state_dict()
+    # Zero vectors (a continued model) start from the model's own function.
+    fresh = AutoModelForCausalLM.from_pretrained(path)
+    script.MoveSquares.attach(fresh, tok, seed=0, zero=True)
+    assert torch.allclose(fresh(**enc).logits, plain)
+
+
+def test_move_squares_build_resumes_with_its_vectors_and_ships_a_plain_model(tmp_path):
+    """--move_squares in a build: checkpoints hold the shared vectors, a resumed run picks them up (so the folded
+    model is the one trained), the packaged model has no extra weights and the card names the flag."""
+    from safetensors import safe_open
+
+    proc = build(tmp_path, "sq", "--move_squares")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    work, out = tmp_path / "sq" / "work", tmp_path / "sq" / "out"
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert not any("move_squares" in k for k in f.keys())
+    with safe_open(str(work / "sft" / "checkpoint-3" / "model.safetensors"), "pt") as f:
+        assert "move_squares.weight" in f.keys()
+    assert "(`--move_squares`, folded into the embedding)" in (out / "README.md").read_text()
+    first = (out / "model.safetensors").read_bytes()
+    # Rerun the SFT stage from its last checkpoint (step 3 of 3): the vectors come from it, not a fresh draw.
+    (work / "sft_info.json").unlink()
+    proc = build(tmp_path, "sq", "--move_squares", "--stage", "sft")
+    assert proc.returncode == 0 and "resuming from" in proc.stdout, proc.stderr[-3000:]
+    with safe_open(str(work / "final" / "model.safetensors"), "pt") as f, \
+            safe_open(str(out / "model.safetensors"), "pt") as g:
+        assert (f.get_tensor("transformer.wte.weight") == g.get_tensor("transformer.wte.weight")).all()
+    assert first == (out / "model.safetensors").read_bytes()
