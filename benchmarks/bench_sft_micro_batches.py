@@ -12,13 +12,14 @@ with replacement from the packaged positions (the SFT lines themselves are not p
 block of each a warm-up. Reported: median step time per arm and its ratio to the first arm's, with a 95% paired
 bootstrap interval over blocks; `--own` adds the own-list terms to every step, as v3's last 40% of steps had them.
 An arm ``K:OPTION...`` runs K micro-batches with the model's config changed: an activation (``4:gelu_new``, the GELU
-of `build_tiny_model.py --activation`) or ``dropout=P`` (``4:dropout=0``, `--dropout`); a plain ``K`` keeps the
-packaged config's (dropout 0.1). Gradient checkpointing is off, as in the build (TRL's `SFTConfig` turns it on by
+of `build_tiny_model.py --activation`), ``dropout=P`` (``4:dropout=0``, `--dropout`) or ``squares`` (``4:squares``,
+the shared square vectors of `--move_squares`); a plain ``K`` keeps the packaged config's (dropout 0.1). Gradient checkpointing is off, as in the build (TRL's `SFTConfig` turns it on by
 default; timings at commit `0043756` and `be3ecfe` had it on, so they included a second forward pass per step).
 
     python benchmarks/bench_sft_micro_batches.py [--steps 8] [--blocks 5] [--arms 1 2 4] [--own] [--out result.json]
     python benchmarks/bench_sft_micro_batches.py --arms 4 4:gelu_new     # the GELU kernel, at the build's setting
     python benchmarks/bench_sft_micro_batches.py --arms 4 4:dropout=0    # the dropout masks
+    python benchmarks/bench_sft_micro_batches.py --arms 4:dropout=0 4:dropout=0:squares   # --move_squares
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def parse_arm(arm: str) -> tuple[int, dict]:
     (4, {})
     >>> parse_arm("4:gelu_new:dropout=0")
     (4, {'activation_function': 'gelu_new', 'embd_pdrop': 0.0, 'attn_pdrop': 0.0, 'resid_pdrop': 0.0})
+    >>> parse_arm("4:squares")
+    (4, {'move_squares': True})
     """
     k, *options = arm.split(":")
     config = {}
@@ -87,9 +90,11 @@ def parse_arm(arm: str) -> tuple[int, dict]:
             config.update(build_tiny_model.dropout_config(float(value)))
         elif name in build_tiny_model.ACTIVATION_TEXT and not eq:
             config["activation_function"] = name
+        elif name == "squares" and not eq:
+            config["move_squares"] = True
         else:
             raise ValueError(f"unknown option {option!r}: expected an activation "
-                             f"({', '.join(sorted(build_tiny_model.ACTIVATION_TEXT))}) or dropout=P")
+                             f"({', '.join(sorted(build_tiny_model.ACTIVATION_TEXT))}), dropout=P or squares")
     return int(k), config
 
 
@@ -103,6 +108,7 @@ def build(arm: str, lines: list[str], steps: int, own: bool, bf16: bool, out: st
     path = resolve_model("rookgrpo/tiny-rookworld")
     tok = AutoTokenizer.from_pretrained(path)
     micro_batches, config_changes = parse_arm(arm)
+    squares = config_changes.pop("move_squares", False)
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", **config_changes)
     config = SFTConfig(output_dir=out, use_cpu=not torch.cuda.is_available(), bf16=bf16, tf32=False, seed=0,
                        max_steps=steps, learning_rate=1e-4, lr_scheduler_type="constant",
@@ -115,6 +121,8 @@ def build(arm: str, lines: list[str], steps: int, own: bool, bf16: bool, out: st
         build_tiny_model.RepeatUnlikelihood(tok, 0.0), own_terms, model=model, args=config,
         train_dataset=build_tiny_model.to_pairs(lines), processing_class=tok, micro_batches=micro_batches,
         callbacks=[timer.callback])
+    if squares:  # as the build attaches them: after the trainer is built, before it trains
+        build_tiny_model.MoveSquares.attach(trainer.model, tok, seed=0)
     return trainer, timer
 
 
@@ -174,14 +182,15 @@ def main(argv=None):
         f"{args.blocks + 1} blocks on the same lines; the last column is the largest difference between its mean "
         f"training loss in a block and arm {base}'s (nats per token): dropout (0.1, as in the build) draws differ "
         "between arms, so it is that noise; the gradient's equality is checked without dropout by the tests"
-        + (" (an arm with other dropout trains differently: its gap is not only noise)." if "resid_pdrop" in changed
-           else "."),
+        + (" (an arm with other dropout or the square vectors trains differently: its gap is not only noise)."
+           if changed & {"resid_pdrop", "move_squares"} else "."),
     ])
     command = (f"python benchmarks/bench_sft_micro_batches.py --steps {args.steps} --blocks {args.blocks} --arms "
                + " ".join(map(str, args.arms)) + (" --own" if args.own else "") + ("" if args.bf16 else " --no-bf16")
                + (f" --work {args.work}" if args.work else ""))
     varied = (["the GELU kernel"] if "activation_function" in changed else []) + (
         ["dropout"] if "resid_pdrop" in changed else []) + (
+        ["the shared square vectors (--move_squares)"] if "move_squares" in changed else []) + (
         ["the whole batch against length-sorted micro-batches"] if len({k for k, _ in parsed}) > 1 else [])
     result = {
         "title": "The tiny model's SFT step: " + " and ".join(varied)
