@@ -12,9 +12,16 @@ wrong ones further, by the ranks they get wrong (FEN's first field, rank 8 first
 - ``board, wrong``: a board, not the right one (nor the input);
 - ``board right, fields wrong``: the right board, another field (side to move, counters, verdict) wrong.
 
+``--move_counts SFT_TXT`` adds a second table: exact and copied answers by the A: row's move, an illegal one (whose
+right answer is the input board again) apart, the legal ones by how often the move's token occurs in a build's SFT
+lines (every place a line writes a move: M: lists, B:, A: moves and histories). A model that cannot read a move it
+has seen rarely writes the board back unchanged on it (the question ``--move_squares`` asks).
+
 ::
 
     python benchmarks/levers/a_errors.py --model rookgrpo/tiny-rookworld runs/pos-aonly-s42 [--examples 5]
+    python benchmarks/levers/a_errors.py --model rookgrpo/tiny-rookworld build/tv26/out \
+        --data rookgrpo/tiny-rookworld-train --move_counts build/tv26/sft.txt
 """
 
 from __future__ import annotations
@@ -62,11 +69,47 @@ def classify(fen: str, expected: str, answer: str) -> str:
     return "broken, changed rank only" if wrong <= changed else "broken, unchanged rank"
 
 
+def move_bin(move: str, illegal: bool, counts: dict, edges: list[int]) -> str:
+    """The row's bin in the ``--move_counts`` table: ``illegal move``, else the range of ``counts[move]`` among
+    ``edges``.
+
+    >>> [move_bin("e2e4", False, {"e2e4": n}, [10, 100]) for n in (0, 10, 99, 100)]
+    ['legal, seen 0-9', 'legal, seen 10-99', 'legal, seen 10-99', 'legal, seen 100+']
+    >>> move_bin("e2e5", True, {}, [10])
+    'illegal move'
+    """
+    if illegal:
+        return "illegal move"
+    n, lo = counts.get(move, 0), 0
+    for edge in edges:
+        if n < edge:
+            return f"legal, seen {lo}-{edge - 1}"
+        lo = edge
+    return f"legal, seen {lo}+"
+
+
+def move_counts(path: str) -> collections.Counter:
+    """How often each move-shaped word occurs in the lines of ``path`` (:data:`rookgrpo.tiny_model.MOVE_WORD`)."""
+    import re
+
+    from rookgrpo.tiny_model import MOVE_WORD
+
+    word = re.compile(MOVE_WORD)
+    counts: collections.Counter = collections.Counter()
+    with open(path) as f:
+        for line in f:
+            counts.update(word.findall(line))
+    return counts
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", nargs="+", required=True, help="model directories or packaged names")
     ap.add_argument("--data", default="rookgrpo/tiny-rookworld-eval")
     ap.add_argument("--examples", type=int, default=0, help="print this many 'broken, unchanged rank' answers per model")
+    ap.add_argument("--move_counts", default=None,
+                    help="a build's sft.txt: also table exact and copied answers by how often the row's move occurs there")
+    ap.add_argument("--bins", type=int, nargs="+", default=[30, 300], help="bin edges of those counts")
     args = ap.parse_args(argv)
 
     from rookgrpo.chess.data import load_rookworld
@@ -78,7 +121,8 @@ def main(argv=None) -> None:
     print(f"{len(prompts)} A: rows of {args.data}, greedy\n")
     print("| model | " + " | ".join(KINDS) + " |")
     print("|" + " --- |" * (len(KINDS) + 1))
-    shown = []
+    shown, by_move = [], {}
+    counts_in_sft = move_counts(args.move_counts) if args.move_counts else None
     for model in args.model:
         completions = generate_completions(model, prompts, 96, 32, False, 0.0, 0)
         counts: collections.Counter = collections.Counter()
@@ -88,12 +132,26 @@ def main(argv=None) -> None:
                 continue
             kind = classify(*row)
             counts[kind] += 1
+            if counts_in_sft is not None:
+                cell = by_move.setdefault(model, collections.defaultdict(collections.Counter))[
+                    move_bin(prompt.split("+")[1], row[1].split("+")[1] == "-1.0", counts_in_sft, args.bins)]
+                cell["rows"] += 1
+                cell[kind] += 1
             if kind == "broken, unchanged rank" and sum(m == model for m, *_ in shown) < args.examples:
                 pairs = [(e, g) for b, e, g in zip(*(p.split("/") for p in placements(*row))) if b == e != g]
                 shown.append((model, prompt.split("+")[1], pairs))
         print(f"| {model} | " + " | ".join(str(counts[k]) for k in KINDS) + " |")
     for model, move, pairs in shown:
         print(f"{model}, move {move}: " + ", ".join(f"{e} written {g}" for e, g in pairs))
+    if by_move:
+        bins = sorted({b for cells in by_move.values() for b in cells}, key=lambda b: (b != "illegal move", int("0" + "".join(c for c in b.split("-")[0] if c.isdigit()))))
+        print(f"\nexact / board copied, by the row's move (counts in {args.move_counts}); rows in brackets\n")
+        print("| model | " + " | ".join(bins) + " |")
+        print("|" + " --- |" * (len(bins) + 1))
+        for model, cells in by_move.items():
+            print(f"| {model} | " + " | ".join(
+                f"{cells[b]['exact'] / cells[b]['rows']:.2f} / {cells[b]['copy'] / cells[b]['rows']:.2f} "
+                f"({cells[b]['rows']})" if cells[b]["rows"] else "–" for b in bins) + " |")
 
 
 if __name__ == "__main__":
