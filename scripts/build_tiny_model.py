@@ -705,9 +705,19 @@ class MoveSquares:
             table = torch.cat([module.weight, module.weight.new_zeros(1, module.weight.shape[1])])
             return table[module.index].sum(1)
 
+        cache: dict = {}
+
+        def weight():  # the tied weight plus the rows; without grad (generation, eval) kept until either changes
+            if torch.is_grad_enabled():
+                return wte.weight + rows()
+            key = (wte.weight._version, module.weight._version, wte.weight.data_ptr(), module.weight.data_ptr())
+            if cache.get("key") != key:
+                cache["key"], cache["weight"] = key, wte.weight + rows()
+            return cache["weight"]
+
         # The two modules' own forward, on their weight plus the vectors' rows (one lookup, one matmul, as before).
-        wte.forward = lambda ids: F.embedding(ids, wte.weight + rows())
-        head.forward = lambda x: F.linear(x, head.weight + rows(), head.bias)
+        wte.forward = lambda ids: F.embedding(ids, weight())
+        head.forward = lambda x: F.linear(x, weight(), head.bias)
         module.rows = rows
 
     @staticmethod

@@ -654,3 +654,34 @@ def test_move_squares_build_resumes_with_its_vectors_and_ships_a_plain_model(tmp
             safe_open(str(out / "model.safetensors"), "pt") as g:
         assert (f.get_tensor("transformer.wte.weight") == g.get_tensor("transformer.wte.weight")).all()
     assert first == (out / "model.safetensors").read_bytes()
+
+
+def test_move_squares_cached_weight_follows_every_update(tmp_path):
+    """Without grad (greedy generation, eval) the summed weight is computed once and reused, and an optimizer step on
+    the embedding or on the square vectors is seen by the next call."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    script = _script()
+    path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    script.MoveSquares.attach(model, tok, seed=0)
+    enc = tok(["P: 8/8 w M: e2e4 e7e8q"], return_tensors="pt")
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    for params in ([model.move_squares.weight], [model.get_input_embeddings().weight]):
+        with torch.no_grad():
+            before = model(**enc).logits
+            assert torch.equal(model(**enc).logits, before)  # the cached weight gives the same logits
+        loss = model(**enc).logits[0, -1, tok.get_vocab()["e2e4"]]
+        opt.zero_grad()
+        loss.backward()
+        for p in model.parameters():
+            if all(p is not q for q in params):
+                p.grad = None
+        opt.step()
+        with torch.no_grad():
+            after = model(**enc).logits
+        assert not torch.allclose(after, before)
+        assert torch.allclose(after, model(**enc).logits.detach())  # the same as with grad, after the update
