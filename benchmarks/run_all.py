@@ -36,6 +36,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("sft_micro_batches_own", "bench_sft_micro_batches", ["--arms", "1", "4", "--own"]),
     ("sft_activation", "bench_sft_micro_batches", ["--arms", "4", "4:gelu_new"]),
     ("sft_dropout", "bench_sft_micro_batches", ["--arms", "4", "4:dropout=0"]),
+    ("sft_move_squares", "bench_sft_micro_batches",
+     ["--steps", "4", "--blocks", "4", "--arms", "4:dropout=0", "4:dropout=0:squares", "--own"]),
     ("resampling_cost", "bench_resampling", []),
     # Vanilla TRL as it scores, with the one correction rookgrpo turns on by default, the recipe without its per-task
     # sampling, and the shipped recipe: all four arms (the saved result has them).

@@ -149,8 +149,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="train each UCI move token's embedding as its own vector plus shared from-square, to-square\n"
                         "and promotion vectors (MoveSquares), in the input and the tied output head; folded into the\n"
                         "embedding when the model is saved, so the packaged model stays a plain GPT-2. For the A: task,\n"
-                        "whose commonest error is writing the board back unchanged: every move's squares readable from\n"
-                        "one shared code. With --init_from the shared vectors start at zero")
+                        "whose commonest error is writing the board back unchanged, on rare moves most. Measured (tv26,\n"
+                        "docs/tiny-model.md): within noise of the same terms without it (tv24) on every number, and the\n"
+                        "rare moves are still copied; 0.99 [0.94, 1.01] of the own-list step time\n"
+                        "(bench_sft_micro_batches.py). With --init_from the shared vectors start at zero")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
                         "arguments and --tokenizer are then ignored): a short second pass on a finished build, e.g.\n"
