@@ -160,7 +160,8 @@ def main(argv=None):
                 if b > 0:
                     times[k].append(list(timer.times))
     base = args.arms[0]
-    changed = {key for _, config in parsed for key in config}
+    # The config keys whose values differ between arms (a key every arm sets alike, 4:dropout=0 in both, is not varied).
+    changed = {key for _, config in parsed for key in config if len({repr(c.get(key)) for _, c in parsed}) > 1}
     median = {k: statistics.median([t for blk in v for t in blk]) for k, v in times.items()}
     ratios = {k: ratio_interval(times[base], times[k]) for k in args.arms[1:]}
     # Each arm keeps training its own copy of the model block after block on the same lines; with the build's dropout
