@@ -724,8 +724,8 @@ class MoveSquares:
 
     @staticmethod
     def fold(model) -> None:
-        """Add the square vectors into the (tied) embedding rows and remove them and their hooks: the model is then
-        a plain GPT-2 with the same outputs."""
+        """Add the square vectors into the (tied) embedding rows, remove them and give the embedding and the head
+        their class's forward again: the model is then a plain GPT-2 with the same outputs."""
         import torch
 
         module = model.move_squares
