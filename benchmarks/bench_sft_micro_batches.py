@@ -13,8 +13,8 @@ block of each a warm-up. Reported: median step time per arm and its ratio to the
 bootstrap interval over blocks; `--own` adds the own-list terms to every step, as v3's last 40% of steps had them.
 An arm ``K:OPTION...`` runs K micro-batches with the model's config changed: an activation (``4:gelu_new``, the GELU
 of `build_tiny_model.py --activation`), ``dropout=P`` (``4:dropout=0``, `--dropout`) or ``squares`` (``4:squares``,
-the shared square vectors of `--move_squares`); a plain ``K`` keeps the packaged config's (dropout 0.1). Gradient checkpointing is off, as in the build (TRL's `SFTConfig` turns it on by
-default; timings at commit `0043756` and `be3ecfe` had it on, so they included a second forward pass per step).
+the shared square vectors of `--move_squares`); a plain ``K`` keeps the packaged config's (dropout 0.1). Gradient
+checkpointing is off, as in the build (TRL's `SFTConfig` turns it on by default; timings at commit `0043756` and `be3ecfe` had it on, so they included a second forward pass per step).
 
     python benchmarks/bench_sft_micro_batches.py [--steps 8] [--blocks 5] [--arms 1 2 4] [--own] [--out result.json]
     python benchmarks/bench_sft_micro_batches.py --arms 4 4:gelu_new     # the GELU kernel, at the build's setting

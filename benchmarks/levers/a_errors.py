@@ -132,19 +132,22 @@ def main(argv=None) -> None:
                 continue
             kind = classify(*row)
             counts[kind] += 1
+            move = prompt.split("+")[1]
             if counts_in_sft is not None:
                 cell = by_move.setdefault(model, collections.defaultdict(collections.Counter))[
-                    move_bin(prompt.split("+")[1], row[1].split("+")[1] == "-1.0", counts_in_sft, args.bins)]
+                    move_bin(move, row[1].split("+")[1] == "-1.0", counts_in_sft, args.bins)]
                 cell["rows"] += 1
                 cell[kind] += 1
             if kind == "broken, unchanged rank" and sum(m == model for m, *_ in shown) < args.examples:
                 pairs = [(e, g) for b, e, g in zip(*(p.split("/") for p in placements(*row))) if b == e != g]
-                shown.append((model, prompt.split("+")[1], pairs))
+                shown.append((model, move, pairs))
         print(f"| {model} | " + " | ".join(str(counts[k]) for k in KINDS) + " |")
     for model, move, pairs in shown:
         print(f"{model}, move {move}: " + ", ".join(f"{e} written {g}" for e, g in pairs))
     if by_move:
-        bins = sorted({b for cells in by_move.values() for b in cells}, key=lambda b: (b != "illegal move", int("0" + "".join(c for c in b.split("-")[0] if c.isdigit()))))
+        # Every bin move_bin can give, in order (illegal, then by count), kept where some model has rows.
+        order = ["illegal move"] + [move_bin("", False, {"": n}, args.bins) for n in (0, *args.bins)]
+        bins = [b for b in order if any(b in cells for cells in by_move.values())]
         print(f"\nexact / board copied, by the row's move (counts in {args.move_counts}); rows in brackets\n")
         print("| model | " + " | ".join(bins) + " |")
         print("|" + " --- |" * (len(bins) + 1))
