@@ -184,6 +184,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sft_a_share", type=float, default=0.5,
                    help="share of A: lines in the SFT mix: all P: lines are used and A: lines are drawn to this share\n"
                         "(the data stage makes more than a CPU budget can train on)")
+    p.add_argument("--sft_a_mix", choices=("random", *A_MIX_POWER), default="random",
+                   help="how the A: lines of the mix are drawn: random (each move keeps its share of the data, as\n"
+                        "every shipped build), sqrt (each move's count grows as the square root of its lines in the\n"
+                        "SFT split) or balanced (one cap for every move). A: copies concentrate on rarely seen moves\n"
+                        "(docs/tiny-model.md); sqrt and balanced give those all their lines")
     p.add_argument("--epochs", type=float, default=1.2,
                    help="passes over the SFT mix. 1.2 built v2 (84 min of SFT on its 2-core machine); the packaged v3 used\n"
                         "2.0 with the own-list terms from step 2200 of 3690 (109 min of SFT on a 2-core machine about\n"
@@ -321,13 +326,13 @@ SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
             "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed", "dropout", "own_evals",
             "own_every", "own_rows", "own_evals_from", "a_completion_weight", "p_completion_weight", "prompt_weight",
-            "move_squares")
+            "move_squares", "sft_a_mix")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
                     "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None,
                     "dropout": 0.1, "own_evals": 0.0, "own_every": 1, "own_rows": 32,
                     "own_evals_from": 0, "a_completion_weight": 1.0, "p_completion_weight": 1.0, "prompt_weight": 1.0,
-                    "move_squares": False}
+                    "move_squares": False, "sft_a_mix": "random"}
 
 
 def sft_args(args) -> dict:
@@ -736,22 +741,84 @@ class MoveSquares:
         del model.move_squares
 
 
-def sft_mix(lines: list[str], a_share: float, seed: int) -> list[str]:
-    """All P: lines and as many A: lines (a seeded draw, file order kept) as make ``a_share`` of the mix."""
+A_MIX_POWER = {"sqrt": 0.5, "balanced": 0.0}  # --sft_a_mix: a move's quota of A: lines grows as (its lines) ** power
+
+
+def a_quotas(counts: dict[str, int], want: int, power: float) -> dict[str, int]:
+    """How many A: lines of each move a mix of ``want`` A: lines draws (``counts``: each move's A: lines on offer).
+
+    Each move gets ``min(n, k * n ** power)`` with one ``k`` for all, fitted so the quotas add up to ``want``
+    (rounded down, the lines left over going to the largest remainders, ties by move). ``power`` 1 is the data's own
+    move frequencies; 0.5 (``--sft_a_mix sqrt``) draws rare moves more and common ones less; 0 (``balanced``) caps
+    every move at one count. A move with fewer lines than its quota gets them all.
+
+    >>> a_quotas({"e2e4": 400, "g1f3": 100, "h1g1": 4}, 90, 0.5)
+    {'e2e4': 57, 'g1f3': 29, 'h1g1': 4}
+    >>> a_quotas({"e2e4": 400, "g1f3": 100, "h1g1": 4}, 90, 0.0)
+    {'e2e4': 43, 'g1f3': 43, 'h1g1': 4}
+    >>> a_quotas({"e2e4": 3, "h1g1": 1}, 10, 0.5)  # more wanted than on offer: everything
+    {'e2e4': 3, 'h1g1': 1}
+    """
+    if want >= sum(counts.values()):
+        return dict(counts)
+
+    def quota(n: int, k: float) -> float:
+        return min(float(n), k * n ** power)
+
+    lo, hi = 0.0, float(max(counts.values()))  # quota(n, hi) = n for every n >= 1: the sum is all lines > want
+    for _ in range(100):
+        k = (lo + hi) / 2
+        lo, hi = (k, hi) if sum(quota(n, k) for n in counts.values()) <= want else (lo, k)
+    exact = {m: quota(n, lo) for m, n in counts.items()}
+    out = {m: int(q) for m, q in exact.items()}
+    short = want - sum(out.values())
+    for m in sorted(exact, key=lambda m: (out[m] - exact[m], m))[:short]:
+        out[m] += 1
+    return out
+
+
+def a_move(line: str) -> str:
+    """The move of an A: line (its second ``+`` field; ``""`` when it has none).
+
+    >>> a_move("A: 8/8/8/8/8/8/8/K6k w - - 0 1+a1a2+a1a2+8/8/8/8/8/8/K7/7k b - - 1 1+0.001+0+0")
+    'a1a2'
+    """
+    fields = line.split("+", 2)
+    return fields[1] if len(fields) > 1 else ""
+
+
+def sft_mix(lines: list[str], a_share: float, seed: int, a_mix: str = "random") -> list[str]:
+    """All P: lines and as many A: lines (a seeded draw, file order kept) as make ``a_share`` of the mix.
+
+    ``a_mix`` ``random`` draws the A: lines uniformly, so each move keeps its share of the data; ``sqrt`` and
+    ``balanced`` draw each move's quota (:func:`a_quotas`, :data:`A_MIX_POWER`), then that many of its lines.
+
+    >>> lines = ["P: x"] * 4 + [f"A: b+{m}+h+c+0+0+0" for m in ["e2e4"] * 6 + ["h1g1"] * 2]
+    >>> [a_move(x) for x in sft_mix(lines, 0.5, 0, "balanced") if x.startswith("A:")]
+    ['e2e4', 'e2e4', 'h1g1', 'h1g1']
+    """
     p_lines = [line for line in lines if line.startswith("P:")]
     a_lines = [line for line in lines if not line.startswith("P:")]
     if a_share >= 1.0 or not p_lines:
         return lines
     want = min(len(a_lines), round(len(p_lines) * a_share / (1.0 - a_share)))
-    keep = set(random.Random(f"{seed}-sft-mix").sample(range(len(a_lines)), want))
+    rng = random.Random(f"{seed}-sft-mix")
+    if a_mix == "random":
+        keep = set(rng.sample(range(len(a_lines)), want))
+    else:
+        by_move: dict[str, list[int]] = {}
+        for i, line in enumerate(a_lines):
+            by_move.setdefault(a_move(line), []).append(i)
+        quotas = a_quotas({m: len(ix) for m, ix in by_move.items()}, want, A_MIX_POWER[a_mix])
+        keep = {i for m in sorted(by_move) for i in rng.sample(by_move[m], quotas[m])}
     kept = iter(i in keep for i in range(len(a_lines)))
     return [line for line in lines if line.startswith("P:") or next(kept)]
 
 
 def trained_mix(args, sft_lines: list[str]) -> list[str]:
-    """The lines the SFT stage trains on: :func:`sft_mix` of the SFT split with ``--sft_a_share`` and the SFT seed
+    """The lines the SFT stage trains on: :func:`sft_mix` of the SFT split with ``--sft_a_share``, ``--sft_a_mix`` and the SFT seed
     (:func:`_sft_seed`); the finish stage draws :func:`fit_sample` from it."""
-    return sft_mix(sft_lines, args.sft_a_share, _sft_seed(vars(args)))
+    return sft_mix(sft_lines, args.sft_a_share, _sft_seed(vars(args)), args.sft_a_mix)
 
 
 def dropout_config(p: float) -> dict[str, float]:
@@ -1266,7 +1333,7 @@ def _sft_text(build: dict) -> str:
     a, sft = build["args"], build["stages"].get("sft", {})
     precision = "bf16 autocast" if a.get("bf16") else "fp32"
     return f"""- SFT{_init_text(a)}: TRL `SFTTrainer` on all P: lines of the SFT split and A: lines drawn to
-  {a.get('sft_a_share', 1.0):.0%} of the mix ({sft.get('train_lines', '?')} lines), M: moves in
+  {a.get('sft_a_share', 1.0):.0%} of the mix{_a_mix_text(a)} ({sft.get('train_lines', '?')} lines), M: moves in
   {M_ORDER_TEXT[a.get('m_order', 'random')]}, prompt/completion pairs with the loss on the whole
   line{_unlikelihood_text(a)}{_squares_text(a)}, {_length_text(a, sft)}, lr {a['lr']} cosine, batch {a['batch_size']}{_micro_text(a)}, {precision},
   {ACTIVATION_TEXT[_recorded(a)['activation']]}, dropout {_recorded(a)['dropout']:g};
@@ -1341,6 +1408,20 @@ def _unlikelihood_text(a: dict) -> str:
     if parts:
         text += ", the cross-entropy weighted " + ", ".join(parts) + " in training"
     return text
+
+
+def _a_mix_text(a: dict) -> str:
+    """The model card's words for ``--sft_a_mix``.
+
+    >>> _a_mix_text({"sft_a_mix": "sqrt"})
+    ' (each move drawn as the square root of its A: lines, `--sft_a_mix sqrt`)'
+    >>> _a_mix_text({})
+    ''
+    """
+    mix = a.get("sft_a_mix", "random")
+    words = {"random": "", "sqrt": "each move drawn as the square root of its A: lines",
+             "balanced": "each move's A: lines capped at one count"}[mix]
+    return f" ({words}, `--sft_a_mix {mix}`)" if words else ""
 
 
 def _squares_text(a: dict) -> str:

@@ -685,3 +685,33 @@ def test_move_squares_cached_weight_follows_every_update(tmp_path):
             after = model(**enc).logits
         assert not torch.allclose(after, before)
         assert torch.allclose(after, model(**enc).logits.detach())  # the same as with grad, after the update
+
+
+def test_sft_a_mix_draws_rare_moves_more_and_keeps_the_mixs_size(tmp_path):
+    """--sft_a_mix sqrt and balanced draw as many A: lines as random does, every P: line, in file order, and give a
+    move's quota by its A: line count, so a rare move keeps a larger share of its lines than a common one."""
+    script = _script()
+    fen = "8/8/8/8/8/8/8/K6k w - - 0 1"
+    counts = {"e2e4": 300, "g1f3": 60, "h1g1": 6}
+    a_lines = [f"A: {fen}+{m}+{m} {i}+{fen}+0.001+0+0" for m, n in counts.items() for i in range(n)]
+    a_lines = [a_lines[i] for i in __import__("random").Random(0).sample(range(len(a_lines)), len(a_lines))]
+    lines = [f"P: {fen} {i} M: a1a2 E: 0.1 B: a1a2" for i in range(40)]
+    lines = [x for pair in zip(lines, a_lines) for x in pair] + a_lines[40:]
+    mixes = {mix: script.sft_mix(lines, 0.5, 7, mix) for mix in ("random", "sqrt", "balanced")}
+    for mix, kept in mixes.items():
+        assert [x for x in lines if x in kept] == kept, mix  # file order
+        assert sum(x.startswith("P:") for x in kept) == 40 and sum(x.startswith("A:") for x in kept) == 40, mix
+        assert len(set(kept)) == len(kept), mix
+    for mix, power in (("sqrt", 0.5), ("balanced", 0.0)):
+        drawn = {m: sum(script.a_move(x) == m for x in mixes[mix]) for m in counts}
+        assert drawn == script.a_quotas(counts, 40, power), mix
+        share = {m: drawn[m] / counts[m] for m in counts}
+        assert share["h1g1"] > share["g1f3"] > share["e2e4"], (mix, drawn)
+    assert script.a_quotas(counts, 40, 0.0) == {"e2e4": 17, "g1f3": 17, "h1g1": 6}
+    # Seeded: the same seed draws the same lines, another seed others (the quotas stay).
+    assert script.sft_mix(lines, 0.5, 7, "sqrt") == mixes["sqrt"] != script.sft_mix(lines, 0.5, 8, "sqrt")
+    # The SFT stage trains on the mix the arguments name; random is every shipped build's draw.
+    args = script.parse_args(["--sft_a_mix", "sqrt", "--seed", "7", "--work", str(tmp_path)])
+    assert script.trained_mix(args, lines) == mixes["sqrt"]
+    assert script.parse_args(["--work", str(tmp_path)]).sft_a_mix == "random"
+    assert script.SFT_ARG_DEFAULTS["sft_a_mix"] == "random" and "sft_a_mix" in script.SFT_ARGS
