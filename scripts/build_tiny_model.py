@@ -189,6 +189,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "every shipped build), sqrt (each move's count grows as the square root of its lines in the\n"
                         "SFT split) or balanced (one cap for every move). A: copies concentrate on rarely seen moves\n"
                         "(docs/tiny-model.md); sqrt and balanced give those all their lines")
+    p.add_argument("--sft_a_distinct", action="store_true",
+                   help="draw the mix's A: lines from one copy of each (the SFT split repeats some: in the default\n"
+                        "build's, 139,562 A: lines are 77,385 distinct ones, and two ending lines make 6%% of them)")
     p.add_argument("--epochs", type=float, default=1.2,
                    help="passes over the SFT mix. 1.2 built v2 (84 min of SFT on its 2-core machine); the packaged v3 used\n"
                         "2.0 with the own-list terms from step 2200 of 3690 (109 min of SFT on a 2-core machine about\n"
@@ -326,13 +329,14 @@ SFT_ARGS = ("seed", "tokenizer", "n_layer", "n_head", "n_embd", "m_order", "sft_
             "max_steps", "bf16", "rank_vocab", "unlikelihood", "init_from", "own_target",
             "own_unlikelihood", "own_from", "micro_batches", "activation", "sft_seed", "dropout", "own_evals",
             "own_every", "own_rows", "own_evals_from", "a_completion_weight", "p_completion_weight", "prompt_weight",
-            "move_squares", "sft_a_mix")
+            "move_squares", "sft_a_mix", "sft_a_distinct")
 # Added after a build was shipped: a build that did not record them used these values (older work dirs still resume).
 SFT_ARG_DEFAULTS = {"rank_vocab": 2048, "unlikelihood": 0.0, "init_from": None, "own_target": 0.0,
                     "own_unlikelihood": 0.0, "own_from": 0, "micro_batches": 1, "activation": "gelu_new", "sft_seed": None,
                     "dropout": 0.1, "own_evals": 0.0, "own_every": 1, "own_rows": 32,
                     "own_evals_from": 0, "a_completion_weight": 1.0, "p_completion_weight": 1.0, "prompt_weight": 1.0,
-                    "move_squares": False, "sft_a_mix": "random"}
+                    "move_squares": False, "sft_a_mix": "random",
+                    "sft_a_distinct": False}
 
 
 def sft_args(args) -> dict:
@@ -787,16 +791,23 @@ def a_move(line: str) -> str:
     return fields[1] if len(fields) > 1 else ""
 
 
-def sft_mix(lines: list[str], a_share: float, seed: int, a_mix: str = "random") -> list[str]:
+def sft_mix(lines: list[str], a_share: float, seed: int, a_mix: str = "random", a_distinct: bool = False) -> list[str]:
     """All P: lines and as many A: lines (a seeded draw, file order kept) as make ``a_share`` of the mix.
 
     ``a_mix`` ``random`` draws the A: lines uniformly, so each move keeps its share of the data; ``sqrt`` and
     ``balanced`` draw each move's quota (:func:`a_quotas`, :data:`A_MIX_POWER`), then that many of its lines.
+    ``a_distinct`` draws from one copy of each A: line (the first in the file): the generator replays openings and
+    endings, so without it a few lines fill much of the draw.
 
     >>> lines = ["P: x"] * 4 + [f"A: b+{m}+h+c+0+0+0" for m in ["e2e4"] * 6 + ["h1g1"] * 2]
     >>> [a_move(x) for x in sft_mix(lines, 0.5, 0, "balanced") if x.startswith("A:")]
     ['e2e4', 'e2e4', 'h1g1', 'h1g1']
+    >>> [x for x in sft_mix(lines, 0.5, 0, a_distinct=True) if x.startswith("A:")]
+    ['A: b+e2e4+h+c+0+0+0', 'A: b+h1g1+h+c+0+0+0']
     """
+    if a_distinct:
+        seen: set[str] = set()
+        lines = [line for line in lines if line.startswith("P:") or not (line in seen or seen.add(line))]
     p_lines = [line for line in lines if line.startswith("P:")]
     a_lines = [line for line in lines if not line.startswith("P:")]
     if a_share >= 1.0 or not p_lines:
@@ -816,9 +827,10 @@ def sft_mix(lines: list[str], a_share: float, seed: int, a_mix: str = "random") 
 
 
 def trained_mix(args, sft_lines: list[str]) -> list[str]:
-    """The lines the SFT stage trains on: :func:`sft_mix` of the SFT split with ``--sft_a_share``, ``--sft_a_mix`` and the SFT seed
+    """The lines the SFT stage trains on: :func:`sft_mix` of the SFT split with ``--sft_a_share``, ``--sft_a_mix``,
+    ``--sft_a_distinct`` and the SFT seed
     (:func:`_sft_seed`); the finish stage draws :func:`fit_sample` from it."""
-    return sft_mix(sft_lines, args.sft_a_share, _sft_seed(vars(args)), args.sft_a_mix)
+    return sft_mix(sft_lines, args.sft_a_share, _sft_seed(vars(args)), args.sft_a_mix, args.sft_a_distinct)
 
 
 def dropout_config(p: float) -> dict[str, float]:
@@ -1411,17 +1423,19 @@ def _unlikelihood_text(a: dict) -> str:
 
 
 def _a_mix_text(a: dict) -> str:
-    """The model card's words for ``--sft_a_mix``.
+    """The model card's words for ``--sft_a_mix`` and ``--sft_a_distinct``.
 
-    >>> _a_mix_text({"sft_a_mix": "sqrt"})
-    ' (each move drawn as the square root of its A: lines, `--sft_a_mix sqrt`)'
+    >>> _a_mix_text({"sft_a_mix": "sqrt", "sft_a_distinct": True})
+    ' (one copy of each A: line, each move drawn as the square root of its lines, `--sft_a_distinct --sft_a_mix sqrt`)'
     >>> _a_mix_text({})
     ''
     """
     mix = a.get("sft_a_mix", "random")
-    words = {"random": "", "sqrt": "each move drawn as the square root of its A: lines",
-             "balanced": "each move's A: lines capped at one count"}[mix]
-    return f" ({words}, `--sft_a_mix {mix}`)" if words else ""
+    words = [w for w, on in (("one copy of each A: line", a.get("sft_a_distinct")),
+                             ("each move drawn as the square root of its lines", mix == "sqrt"),
+                             ("each move's lines capped at one count", mix == "balanced")) if on]
+    flags = ["--sft_a_distinct"] * bool(a.get("sft_a_distinct")) + [f"--sft_a_mix {mix}"] * (mix != "random")
+    return f" ({', '.join(words)}, `{' '.join(flags)}`)" if words else ""
 
 
 def _squares_text(a: dict) -> str:

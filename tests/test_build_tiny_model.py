@@ -715,3 +715,25 @@ def test_sft_a_mix_draws_rare_moves_more_and_keeps_the_mixs_size(tmp_path):
     assert script.trained_mix(args, lines) == mixes["sqrt"]
     assert script.parse_args(["--work", str(tmp_path)]).sft_a_mix == "random"
     assert script.SFT_ARG_DEFAULTS["sft_a_mix"] == "random" and "sft_a_mix" in script.SFT_ARGS
+
+
+def test_sft_a_distinct_draws_one_copy_of_each_a_line(tmp_path):
+    """The generator replays lines (two ending lines are 6% of the default build's SFT A: lines): --sft_a_distinct
+    draws the A: lines from one copy of each, with any --sft_a_mix, and keeps every P: line."""
+    script = _script()
+    fen = "8/8/8/8/8/8/8/K6k w - - 0 1"
+    ending = f"A: {fen}+a1a8+a1a8+{fen}+0.5+1+0"
+    a_lines = [ending] * 30 + [f"A: {fen}+e2e4+{i}+{fen}+0.001+0+0" for i in range(20)]
+    lines = [f"P: {fen} {i} M: a1a2 E: 0.1 B: a1a2" for i in range(10)] + a_lines
+    for mix in ("random", "sqrt", "balanced"):
+        plain = script.sft_mix(lines, 0.5, 3, mix)
+        assert plain.count(ending) > 1, mix  # the case the flag is for
+        kept = script.sft_mix(lines, 0.5, 3, mix, a_distinct=True)
+        a_kept = [x for x in kept if x.startswith("A:")]
+        assert len(a_kept) == len(set(a_kept)) == 10 and sum(x.startswith("P:") for x in kept) == 10, mix
+    # Fewer distinct A: lines than the share asks for: all of them, and the mix is smaller, not padded with copies.
+    small = [f"P: {fen} {i} M: a1a2 E: 0.1 B: a1a2" for i in range(10)] + [ending] * 30
+    assert script.sft_mix(small, 0.5, 3, "sqrt", a_distinct=True) == small[:11]
+    args = script.parse_args(["--sft_a_distinct", "--seed", "3", "--work", str(tmp_path)])
+    assert script.trained_mix(args, lines) == script.sft_mix(lines, 0.5, 3, "random", True)
+    assert script.SFT_ARG_DEFAULTS["sft_a_distinct"] is False and "sft_a_distinct" in script.SFT_ARGS
