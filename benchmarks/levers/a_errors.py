@@ -88,18 +88,27 @@ def move_bin(move: str, illegal: bool, counts: dict, edges: list[int]) -> str:
     return f"legal, seen {lo}+"
 
 
-def move_counts(path: str) -> collections.Counter:
-    """How often each move-shaped word occurs in the lines of ``path`` (:data:`rookgrpo.tiny_model.MOVE_WORD`)."""
+def move_counts_of(lines) -> collections.Counter:
+    """How often each move-shaped word occurs in ``lines`` (:data:`rookgrpo.tiny_model.MOVE_WORD`).
+
+    >>> move_counts_of(["P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1a2 a1b1 E: 0.1 0.2 B: a1a2"])
+    Counter({'a1a2': 2, 'a1b1': 1})
+    """
     import re
 
     from rookgrpo.tiny_model import MOVE_WORD
 
     word = re.compile(MOVE_WORD)
     counts: collections.Counter = collections.Counter()
-    with open(path) as f:
-        for line in f:
-            counts.update(word.findall(line))
+    for line in lines:
+        counts.update(word.findall(line))
     return counts
+
+
+def move_counts(path: str) -> collections.Counter:
+    """How often each move-shaped word occurs in the lines of ``path`` (:func:`move_counts_of`)."""
+    with open(path) as f:
+        return move_counts_of(f)
 
 
 def main(argv=None) -> None:
