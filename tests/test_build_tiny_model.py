@@ -653,6 +653,10 @@ def test_move_squares_build_resumes_with_its_vectors_and_ships_a_plain_model(tmp
     with safe_open(str(work / "final" / "model.safetensors"), "pt") as f, \
             safe_open(str(out / "model.safetensors"), "pt") as g:
         assert (f.get_tensor("transformer.wte.weight") == g.get_tensor("transformer.wte.weight")).all()
+    # The finish stage packages the resumed run's model again: the same bytes as the first build shipped.
+    (out / "model.safetensors").unlink()
+    proc = build(tmp_path, "sq", "--move_squares", "--stage", "finish")
+    assert proc.returncode == 0, proc.stderr[-3000:]
     assert first == (out / "model.safetensors").read_bytes()
 
 
