@@ -651,6 +651,21 @@ class OwnLists:
         return total
 
 
+OPTIMIZER_STEPS = [0]  # optimizer steps taken in this process, once _count_optimizer_steps is on
+_STEP_HOOK: list = []
+
+
+def _count_optimizer_steps() -> None:
+    """Count every optimizer step of this process in ``OPTIMIZER_STEPS`` (a global post-step hook, set once)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def count(optimizer, args, kwargs) -> None:
+        OPTIMIZER_STEPS[0] += 1
+
+    if not _STEP_HOOK:
+        _STEP_HOOK.append(register_optimizer_step_post_hook(count))
+
+
 class MoveSquares:
     """Each UCI move token's embedding as its own vector plus three shared ones: its from-square's, its to-square's
     and its promotion piece's (``--move_squares``), in the input embedding and, through GPT-2's tied weights, in the
@@ -717,11 +732,15 @@ class MoveSquares:
             return table[module.index].sum(1)
 
         cache: dict = {}
+        _count_optimizer_steps()
 
         def weight():  # the tied weight plus the rows; without grad (generation, eval) kept until either changes
             if torch.is_grad_enabled():
                 return wte.weight + rows()
-            key = (wte.weight._version, module.weight._version, wte.weight.data_ptr(), module.weight.data_ptr())
+            # An in-place edit bumps a tensor's _version, a new tensor has a new data_ptr, but a fused optimizer step
+            # (AdamW fused, the Trainer's default) bumps neither: count optimizer steps as well.
+            key = (OPTIMIZER_STEPS[0], wte.weight._version, module.weight._version, wte.weight.data_ptr(),
+                   module.weight.data_ptr())
             if cache.get("key") != key:
                 cache["key"], cache["weight"] = key, wte.weight + rows()
             return cache["weight"]

@@ -6,6 +6,7 @@ shipped model rests on every stage being seeded and deterministic, which this ch
 
 import json
 
+import pytest
 from conftest import REPO, load_script, run_cli, venv_bin
 
 SCRIPT = str(REPO / "scripts" / "build_tiny_model.py")
@@ -660,9 +661,12 @@ def test_move_squares_build_resumes_with_its_vectors_and_ships_a_plain_model(tmp
     assert first == (out / "model.safetensors").read_bytes()
 
 
-def test_move_squares_cached_weight_follows_every_update(tmp_path):
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw_fused", "adamw_foreach"])
+def test_move_squares_cached_weight_follows_every_update(tmp_path, optimizer):
     """Without grad (greedy generation, eval) the summed weight is computed once and reused, and an optimizer step on
-    the embedding or on the square vectors is seen by the next call."""
+    the embedding or on the square vectors is seen by the next call, with every optimizer the Trainer may use: a
+    fused AdamW step (the Trainer's default, ``adamw_torch_fused``) changes the weights without bumping their
+    ``_version``, and a cache keyed on that alone served one build's greedy own-list passes a stale embedding."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -673,7 +677,9 @@ def test_move_squares_cached_weight_follows_every_update(tmp_path):
     tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
     script.MoveSquares.attach(model, tok, seed=0)
     enc = tok(["P: 8/8 w M: e2e4 e7e8q"], return_tensors="pt")
-    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    opt = {"sgd": lambda ps: torch.optim.SGD(ps, lr=1.0),
+           "adamw_fused": lambda ps: torch.optim.AdamW(ps, lr=0.1, fused=True),
+           "adamw_foreach": lambda ps: torch.optim.AdamW(ps, lr=0.1, foreach=True)}[optimizer](list(model.parameters()))
     for params in ([model.move_squares.weight], [model.get_input_embeddings().weight]):
         with torch.no_grad():
             before = model(**enc).logits
