@@ -5,6 +5,7 @@ shipped model rests on every stage being seeded and deterministic, which this ch
 """
 
 import json
+import random
 
 import pytest
 from conftest import REPO, load_script, run_cli, venv_bin
@@ -704,7 +705,7 @@ def test_sft_a_mix_draws_rare_moves_more_and_keeps_the_mixs_size(tmp_path):
     fen = "8/8/8/8/8/8/8/K6k w - - 0 1"
     counts = {"e2e4": 300, "g1f3": 60, "h1g1": 6}
     a_lines = [f"A: {fen}+{m}+{m} {i}+{fen}+0.001+0+0" for m, n in counts.items() for i in range(n)]
-    a_lines = [a_lines[i] for i in __import__("random").Random(0).sample(range(len(a_lines)), len(a_lines))]
+    a_lines = [a_lines[i] for i in random.Random(0).sample(range(len(a_lines)), len(a_lines))]
     lines = [f"P: {fen} {i} M: a1a2 E: 0.1 B: a1a2" for i in range(40)]
     lines = [x for pair in zip(lines, a_lines) for x in pair] + a_lines[40:]
     mixes = {mix: script.sft_mix(lines, 0.5, 7, mix) for mix in ("random", "sqrt", "balanced")}

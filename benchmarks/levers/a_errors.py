@@ -88,6 +88,15 @@ def move_bin(move: str, illegal: bool, counts: dict, edges: list[int]) -> str:
     return f"legal, seen {lo}+"
 
 
+def move_bins(edges: list[int]) -> list[str]:
+    """Every bin :func:`move_bin` can give for ``edges``, in table order: illegal, then by count.
+
+    >>> move_bins([10, 100])
+    ['illegal move', 'legal, seen 0-9', 'legal, seen 10-99', 'legal, seen 100+']
+    """
+    return ["illegal move"] + [move_bin("", False, {"": n}, edges) for n in (0, *edges)]
+
+
 def move_counts_of(lines) -> collections.Counter:
     """How often each move-shaped word occurs in ``lines`` (:data:`rookgrpo.tiny_model.MOVE_WORD`).
 
@@ -154,9 +163,7 @@ def main(argv=None) -> None:
     for model, move, pairs in shown:
         print(f"{model}, move {move}: " + ", ".join(f"{e} written {g}" for e, g in pairs))
     if by_move:
-        # Every bin move_bin can give, in order (illegal, then by count), kept where some model has rows.
-        order = ["illegal move"] + [move_bin("", False, {"": n}, args.bins) for n in (0, *args.bins)]
-        bins = [b for b in order if any(b in cells for cells in by_move.values())]
+        bins = [b for b in move_bins(args.bins) if any(b in cells for cells in by_move.values())]
         print(f"\nexact / board copied, by the row's move (counts in {args.move_counts}); rows in brackets\n")
         print("| model | " + " | ".join(bins) + " |")
         print("|" + " --- |" * (len(bins) + 1))

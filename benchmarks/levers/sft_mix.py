@@ -31,10 +31,12 @@ def parse_mix(spec: str) -> tuple[str, bool]:
     >>> parse_mix("random"), parse_mix("distinct+sqrt"), parse_mix("distinct")
     (('random', False), ('sqrt', True), ('random', True))
     """
+    from build_tiny_model import A_MIX_POWER
+
     parts = spec.split("+")
     mixes = [p for p in parts if p != "distinct"] or ["random"]
-    if len(mixes) != 1 or mixes[0] not in ("random", "sqrt", "balanced"):
-        raise SystemExit(f"--mixes {spec!r}: expected random, sqrt or balanced, optionally with 'distinct+'")
+    if len(mixes) != 1 or mixes[0] not in ("random", *A_MIX_POWER):
+        raise SystemExit(f"--mixes {spec!r}: expected random, {', '.join(A_MIX_POWER)}, optionally with 'distinct+'")
     return mixes[0], "distinct" in parts
 
 
@@ -63,7 +65,7 @@ def table(lines: list[str], mixes: list[str], edges: list[int], share: float, se
     | seen 5+ | 1 | 3 (1) | 2 (1) | 1 (1) |
     """
     import build_tiny_model as script
-    from a_errors import move_bin, move_counts_of
+    from a_errors import move_bin, move_bins, move_counts_of
 
     seen = move_counts_of(lines)
     split, split_distinct = per_move(lines, script.a_move)
@@ -71,14 +73,13 @@ def table(lines: list[str], mixes: list[str], edges: list[int], share: float, se
     bands: dict[str, list[str]] = {}
     for move in split:
         bands.setdefault(move_bin(move, False, seen, edges), []).append(move)
-    order = [move_bin("", False, {"": n}, edges) for n in [0, *edges]]
 
     def cell(counts: tuple[collections.Counter, collections.Counter], moves: list[str]) -> str:
         return (f"{statistics.median(counts[0][m] for m in moves):g} "
                 f"({statistics.median(counts[1][m] for m in moves):g})")
 
     out = [f"| moves | count | in the SFT split | {' | '.join(mixes)} |", "| --- " * (3 + len(mixes)) + "|"]
-    for band in (b for b in order if b in bands):
+    for band in (b for b in move_bins(edges) if b in bands):
         moves = bands[band]
         out.append(f"| {band.removeprefix('legal, ')} | {len(moves)} | {cell((split, split_distinct), moves)} | "
                    + " | ".join(cell(drawn[m], moves) for m in mixes) + " |")
