@@ -151,7 +151,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "embedding when the model is saved, so the packaged model stays a plain GPT-2. For the A: task,\n"
                         "whose commonest error is writing the board back unchanged, on rare moves most. Measured (tv26,\n"
                         "docs/tiny-model.md): within noise of the same terms without it (tv24) on every number, and the\n"
-                        "rare moves are still copied; 0.99 [0.94, 1.01] of the own-list step time\n"
+                        "rare moves are still copied; 1.05 [1.05, 1.16] of the own-list step time\n"
                         "(bench_sft_micro_batches.py). With --init_from the shared vectors start at zero")
     p.add_argument("--init_from", type=str, default=None,
                    help="start the SFT from this saved model and its tokenizer instead of a fresh one (the model\n"
