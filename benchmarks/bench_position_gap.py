@@ -3,7 +3,7 @@
 transformers' ``generate`` numbers a left-padded prompt from its first real token; TRL's log-prob forwards pass no
 ``position_ids``, so the packaged chess model (GPT-2, learned absolute positions) scores each completion of a padded
 prompt shifted by its pad count. rookgrpo's ``position_ids_from_mask`` (on by default) passes the positions
-``generate`` used (``rookgrpo.positions``).
+``generate`` used (``rookgrpo.dynamics.positions``).
 
 For each task, ``--batches`` generation batches shaped as the recipe's (``per_device_train_batch_size`` rows, groups
 of ``num_generations`` completions of one prompt, prompts drawn from the packaged training data with a fixed seed),
@@ -39,7 +39,7 @@ def scored(model, ids, mask, n, temperature, positions=None):
 def measure_task(model, tok, prompts, settings, rows, group, max_new, batches, seed):
     import torch
 
-    from rookgrpo.positions import positions_from_mask
+    from rookgrpo.dynamics.positions import positions_from_mask
 
     temperature = float(settings.get("temperature", 1.0))
     rng = random.Random(seed)

@@ -71,10 +71,10 @@ def main(argv=None):
     from trl import GRPOTrainer
 
     from rookgrpo import RookGRPOConfig, RookGRPOTrainer
-    from rookgrpo.batch import zero_std_groups
+    from rookgrpo.dynamics.batch import zero_std_groups
     from rookgrpo.callbacks import ZeroStdResampling
     from rookgrpo.data import load_recipe_dataset
-    from rookgrpo.tiny_model import build_tiny_gpt2
+    from rookgrpo.models.tiny_model import build_tiny_gpt2
 
     allowed = set("abcdefgh12345678qrbn ")
 

@@ -1,6 +1,6 @@
 """RookWorld-LM-124M's shape on CPU: step time and peak memory of ``recipes/rookworld.yaml``, and a per-GPU estimate.
 
-Builds GPT-2 124M with random weights and a GPT-2-pretokenized byte-level BPE (``rookgrpo.shapes``), writes generated
+Builds GPT-2 124M with random weights and a GPT-2-pretokenized byte-level BPE (``rookgrpo.models.shapes``), writes generated
 RookWorld lines in the hub layout, and runs the shipped recipe with local paths and CPU overrides, in process, at two
 per-device batch sizes (completions per step). The recipe's ``zero_std_resampling`` is left out: with random weights
 every group is flat, so it would always run its maximum rounds, which no trained model does. Random weights never
@@ -93,7 +93,7 @@ def main(argv=None) -> dict:
 
     from rookgrpo.chess.data import generate
     from rookgrpo.chess.engine import EngineSettings
-    from rookgrpo.shapes import build_rookworld_lm_shape, real_size_lora_count, write_hub_layout
+    from rookgrpo.models.shapes import build_rookworld_lm_shape, real_size_lora_count, write_hub_layout
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_shapes_"))
     lines = generate(args.lines, seed=5, settings=EngineSettings(depth=6, workers=2), progress=False)

@@ -168,7 +168,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     from rookgrpo.data import load_recipe_dataset
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     with tempfile.TemporaryDirectory() as tmp:
         model = build_tiny_gpt2(f"{tmp}/model", TinyGPT2Spec(n_layer=4, n_head=4, n_embd=128))

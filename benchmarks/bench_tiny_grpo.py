@@ -8,7 +8,7 @@ completions, resampling rounds included. Arms:
   ``temperature``), no resampling, TRL's own mixed-task batches; TRL scores a left-padded completion at positions
   shifted by its pad count on GPT-2 (docs/dynamics.md, "Scoring at the positions that sampled");
 - ``vanilla_positions``: ``vanilla`` with the one correction rookgrpo turns on by default
-  (``position_ids_from_mask``: :class:`rookgrpo.positions.MaskPositions` on TRL's trainer), so the recipe's other
+  (``position_ids_from_mask``: :class:`rookgrpo.dynamics.positions.MaskPositions` on TRL's trainer), so the recipe's other
   components are compared with vanilla on the same scoring;
 - ``rookgrpo``: ``RookGRPOTrainer`` with the recipe as shipped (zero-std resampling, adaptive beta, per-task
   sampling: task-homogeneous batches with the P: task a little cooler);
@@ -137,7 +137,7 @@ def arm_recipe(arm: str, tmp: str) -> str:
 def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
-    from rookgrpo.positions import MaskPositions
+    from rookgrpo.dynamics.positions import MaskPositions
     from rookgrpo.train import build_trainer
 
     out = f"{tmp}/{arm}-{seed}"

@@ -12,7 +12,7 @@ Steps (each seeded, so a rebuild reproduces the shipped numbers within noise), r
    and split them into SFT data, GRPO training positions and held-out evaluation positions (no FEN shared between
    splits); cached in ``--work``. A: lines need no engine, so most lines are A: lines; the P: lines (Stockfish
    labels) are most of the time;
-2. ``sft``: build a randomly initialised GPT-2 with one token per UCI move (:mod:`rookgrpo.tiny_model`) and
+2. ``sft``: build a randomly initialised GPT-2 with one token per UCI move (:mod:`rookgrpo.models.tiny_model`) and
    fine-tune it with TRL's ``SFTTrainer`` on prompt/completion pairs with the loss on the whole line (reading the
    FEN teaches the board), bf16 autocast, on a GPU when there is one, else CPU; a checkpoint every eighth of the
    run, and a rerun with the same arguments resumes from the last one;
@@ -76,11 +76,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tokenizer", choices=("move", "board", "char"), default="move",
                    help="move: one token per UCI move, else one per character; board: move, plus one token per\n"
                         "frequent FEN rank string of the SFT lines (--rank_vocab of them); char: one per character\n"
-                        "(rookgrpo.tiny_model.TOKENIZERS). board with --unlikelihood 1, on the shipped build's data\n"
+                        "(rookgrpo.models.tiny_model.TOKENIZERS). board with --unlikelihood 1, on the shipped build's data\n"
                         "and steps, was worse on every held-out number but format (README.md), so move stays")
     p.add_argument("--rank_vocab", type=int, default=2048,
                    help="board tokenizer: at most this many FEN rank tokens, the most frequent in the SFT lines that\n"
-                        "occur at least twice (rookgrpo.tiny_model.frequent_ranks). 2048 cover about 85%% of the\n"
+                        "occur at least twice (rookgrpo.models.tiny_model.frequent_ranks). 2048 cover about 85%% of the\n"
                         "opening ranks and keep the default model's weights under 20 MB")
     p.add_argument("--unlikelihood", type=float, default=0.0,
                    help="weight of an unlikelihood term on M: lists (Welleck et al. 2019): at each move of M:, minus\n"
@@ -363,7 +363,7 @@ class RepeatUnlikelihood:
 
     def __init__(self, tokenizer, weight: float, a_completion_weight: float = 1.0, p_completion_weight: float = 1.0,
                  prompt_weight: float = 1.0):
-        from rookgrpo.tiny_model import geometric_moves
+        from rookgrpo.models.tiny_model import geometric_moves
 
         vocab = tokenizer.get_vocab()
         self.weight, self.a_completion_weight = weight, a_completion_weight
@@ -682,7 +682,7 @@ class MoveSquares:
     the vectors; :meth:`fold` adds that share into the embedding rows and removes the vectors, so the saved model is
     a plain GPT-2 computing the same function.
 
-    >>> from rookgrpo.tiny_model import build_move_tokenizer
+    >>> from rookgrpo.models.tiny_model import build_move_tokenizer
     >>> index = MoveSquares.index(build_move_tokenizer())
     >>> tok = build_move_tokenizer().get_vocab()
     >>> index[tok["e2e4"]].tolist(), index[tok["e7e8q"]].tolist(), index[tok["e"]].tolist()
@@ -697,7 +697,7 @@ class MoveSquares:
         it has none (every token that is not a move)."""
         import torch
 
-        from rookgrpo.tiny_model import SQUARES, geometric_moves
+        from rookgrpo.models.tiny_model import SQUARES, geometric_moves
 
         index = torch.full((len(tokenizer), 3), cls.SLOTS, dtype=torch.long)
         vocab = tokenizer.get_vocab()
@@ -891,7 +891,7 @@ def sft(args, work: Path, sft_lines: list[str], held_lines: list[str]) -> Path:
     from trl import SFTConfig, SFTTrainer
 
     from rookgrpo.chess.data import rank_moves
-    from rookgrpo.tiny_model import TOKENIZERS, TinyGPT2Spec, build_tiny_gpt2, frequent_ranks
+    from rookgrpo.models.tiny_model import TOKENIZERS, TinyGPT2Spec, build_tiny_gpt2, frequent_ranks
 
     if args.m_order == "rank":
         sft_lines, held_lines = [rank_moves(x) for x in sft_lines], [rank_moves(x) for x in held_lines]

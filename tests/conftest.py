@@ -35,7 +35,7 @@ def _isolated_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from rookgrpo.tiny_model import build_tiny_gpt2
+    from rookgrpo.models.tiny_model import build_tiny_gpt2
 
     return build_tiny_gpt2(tmp_path_factory.mktemp("tiny") / "model")
 

@@ -69,7 +69,7 @@ def test_board_tokenizer_and_unlikelihood_build(tmp_path):
     out, work = tmp_path / "board" / "out", tmp_path / "board" / "work"
     from transformers import AutoTokenizer
 
-    from rookgrpo.tiny_model import build_move_tokenizer
+    from rookgrpo.models.tiny_model import build_move_tokenizer
 
     tok, n_move = AutoTokenizer.from_pretrained(out), len(build_move_tokenizer())
     ranks = [t for t, i in tok.get_vocab().items() if i >= n_move]
@@ -191,7 +191,7 @@ def test_repeat_unlikelihood_pushes_down_moves_already_listed_in_m(tmp_path):
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
     tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
@@ -248,7 +248,7 @@ def test_own_lists_slots_follow_the_models_list_and_owe_the_lines_moves(tmp_path
     import torch
     from transformers import AutoTokenizer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     tok = AutoTokenizer.from_pretrained(build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32)))
     own = _script().OwnLists(tok, target=1.0)
@@ -284,7 +284,7 @@ def test_own_lists_push_down_the_models_own_repeat_and_pay_the_lines_unlisted_mo
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
     tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
@@ -377,7 +377,7 @@ def test_micro_batches_give_the_whole_batchs_loss_and_gradient(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     script = _script()
     path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
@@ -427,7 +427,7 @@ def test_own_evals_slots_owe_an_eval_per_listed_move_then_b(tmp_path):
     import torch
     from transformers import AutoTokenizer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     tok = AutoTokenizer.from_pretrained(build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32)))
     own = _script().OwnLists(tok, evals=1.0)
@@ -462,7 +462,7 @@ def test_own_evals_term_teaches_a_model_to_stop_its_e_field_at_its_move_count(tm
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
     tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
@@ -508,7 +508,7 @@ def test_a_completion_weight_weights_the_answer_tokens_in_training_only(tmp_path
     import torch.nn.functional as F
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     script = _script()
     path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
@@ -556,7 +556,7 @@ def test_own_evals_from_starts_the_e_term_after_the_list_terms(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
     tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
@@ -598,7 +598,7 @@ def test_move_squares_share_square_vectors_across_moves_and_fold_into_a_plain_gp
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     script = _script()
     path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))
@@ -671,7 +671,7 @@ def test_move_squares_cached_weight_follows_every_update(tmp_path, optimizer):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rookgrpo.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     script = _script()
     path = build_tiny_gpt2(tmp_path / "m", TinyGPT2Spec(tokenizer="move", n_embd=32, seed=0))

@@ -13,7 +13,7 @@ import torch
 
 from conftest import tiny_grpo_args
 from rookgrpo import RookGRPOTrainer
-from rookgrpo.positions import HANDLE, MaskPositions, backbone_of
+from rookgrpo.dynamics.positions import HANDLE, MaskPositions, backbone_of
 
 
 def _model_and_batch(tiny_model_dir):

@@ -110,3 +110,37 @@ def test_callbacks_are_importable_from_the_package_root():
     for cls in (AdaptiveBeta, Diagnostics, ZeroStdResampling):
         assert issubclass(cls, RookCallback) and cls.__name__ in rookgrpo.__all__
     assert registry.resolve_callback("zero_std_resampling").__class__ is ZeroStdResampling
+
+
+def test_builtin_callbacks_are_registered_exported_and_documented():
+    """One list (``rookgrpo.BUILTIN_CALLBACKS``) drives the registry and the package exports; every built-in documents
+    its arguments with a runnable example (the doctests run them)."""
+    import inspect
+
+    import rookgrpo
+    from rookgrpo.callbacks import HOOKS, RookCallback
+    from rookgrpo.callbacks.registry import _REGISTRY, available_callbacks
+
+    builtin = rookgrpo.BUILTIN_CALLBACKS
+    assert set(builtin) <= set(available_callbacks())
+    for name, (module, cls_name) in builtin.items():
+        cls = _REGISTRY[name]
+        assert cls.__module__ == f"rookgrpo.callbacks.{module}" and cls.__name__ == cls_name
+        assert getattr(rookgrpo, cls_name) is cls and cls_name in rookgrpo.__all__
+        doc = inspect.getdoc(cls)
+        assert "Args:" in doc and ">>> " in doc, f"{cls_name}: docstring needs Args and an Example"
+        assert issubclass(cls, RookCallback)
+        assert any(cls().implements(h) for h in HOOKS) or name in ("adaptive_beta", "chess_eval")  # events only
+
+
+def test_hooks_are_called_only_where_overridden():
+    from rookgrpo.callbacks import HOOKS, RookCallback
+
+    class Logs(RookCallback):
+        def before_log(self, trainer, logs):
+            logs["x"] = 1
+
+    assert [h for h in HOOKS if Logs().implements(h)] == ["before_log"]
+    assert not any(RookCallback().implements(h) for h in HOOKS)
+    with pytest.raises(ValueError, match="not a RookCallback hook"):
+        Logs().implements("on_scored_batches")

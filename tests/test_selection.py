@@ -14,7 +14,7 @@ from conftest import REPO, tiny_grpo_args
 from rookgrpo import RookGRPOTrainer, ZeroStdResampling
 from rookgrpo.callbacks.selection import PROMPT_ID_COLUMN, PromptSelection
 from rookgrpo.errors import ConfigError
-from rookgrpo.selection import (DPASS, STREAK, GresoRule, PassRateRule, PosteriorRule, PromptHistory, SelectingSampler,
+from rookgrpo.dynamics.selection import (DPASS, STREAK, GresoRule, PassRateRule, PosteriorRule, PromptHistory, SelectingSampler,
                                 SelectionState)
 
 sys.path.insert(0, str(REPO / "tests" / "assets"))

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from conftest import REPO, SHARED_DATA
-from rookgrpo.shapes import GPT2_124M, build_qwen2_shape, build_rookworld_lm_shape, write_hub_layout
+from rookgrpo.models.shapes import GPT2_124M, build_qwen2_shape, build_rookworld_lm_shape, write_hub_layout
 
 
 def _train_logs(trainer):
@@ -91,7 +91,7 @@ def test_qwen2_shape_runs_two_steps_of_the_code_recipe_with_lora(tmp_path, caplo
 def test_real_size_lora_share_matches_the_recipe_comment():
     """recipes/code.yaml says LoRA r=16 on all linear layers trains ~8.8M parameters, ~1.75%: counted on the real
     Qwen2.5-Coder-0.5B config, built on the meta device (no weights)."""
-    from rookgrpo.shapes import real_size_lora_count
+    from rookgrpo.models.shapes import real_size_lora_count
 
     trainable, total = real_size_lora_count(r=16)
     assert trainable == pytest.approx(8.8e6, rel=0.01)

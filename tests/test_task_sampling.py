@@ -6,7 +6,7 @@ import torch
 from conftest import tiny_grpo_args
 from rookgrpo import ConfigError, RookGRPOConfig, RookGRPOTrainer
 from rookgrpo.callbacks import RookCallback
-from rookgrpo.task_sampling import TaskGroupedRepeatSampler
+from rookgrpo.dynamics.task_sampling import TaskGroupedRepeatSampler
 
 TEMPS = {"P": 0.5, "A": 1.7}
 
@@ -154,7 +154,7 @@ def test_a_model_in_use_without_the_fused_head_fails_loudly(tiny_model_dir, two_
 def test_innermost_model_sees_through_wrappers(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from rookgrpo.task_sampling import innermost_model
+    from rookgrpo.dynamics.task_sampling import innermost_model
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
 

@@ -6,7 +6,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import SHARED_DATA
 from rookgrpo.chess.data import rookworld_row
-from rookgrpo.tiny_model import (SQUARES, TinyGPT2Spec, build_board_tokenizer, build_char_tokenizer, build_move_tokenizer,
+from rookgrpo.models.tiny_model import (SQUARES, TinyGPT2Spec, build_board_tokenizer, build_char_tokenizer, build_move_tokenizer,
                                  build_tiny_gpt2, frequent_ranks, geometric_moves)
 
 

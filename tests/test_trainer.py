@@ -47,3 +47,69 @@ def test_reward_named_by_file_path_drives_training(tiny_model_dir, smoke_dataset
     assert len(expected) >= 8 and len(set(expected)) > 1  # graded values, not a constant that matches anything
     history = [h for h in trainer.state.log_history if "loss" in h]
     assert all("rewards/prompt_charset/mean" in h for h in history)
+
+
+# ---- overrides that do not depend on __init__ having run ---------------------------------------------------------
+# TRL's own tests build trainers with ``object.__new__`` and set the attributes a method reads by hand
+# (TestGRPORolloutDispatch). Every method RookGRPOTrainer overrides must then call straight through to TRL's.
+
+_PASSTHROUGH_CALLS = {
+    "_generate": (["prompt"],),
+    "_calculate_rewards": ([{"prompt": "p"}], ["p"], ["c"], [[1]]),
+    "_generate_and_score_completions": ([{"prompt": "p"}],),
+    "training_step": (None, {"x": 1}),
+    "compute_loss": (None, {"x": 1}),
+    "_get_per_token_logps_and_entropies": (None, None, None),
+    "log": ({"loss": 1.0},),
+    "_get_train_sampler": (),
+}
+
+
+@pytest.mark.parametrize("method", sorted(_PASSTHROUGH_CALLS))
+def test_overrides_call_through_on_a_trainer_built_without_init(method, monkeypatch):
+    sentinel = object()
+    seen = []
+
+    def trl_method(self, *args, **kwargs):
+        seen.append(args)
+        return sentinel
+
+    monkeypatch.setattr(GRPOTrainer, method, trl_method)
+    trainer = object.__new__(RookGRPOTrainer)  # no __init__: no rookgrpo attribute was set on the instance
+    trainer.callback_handler = type("Handler", (), {"callbacks": []})()
+    args = _PASSTHROUGH_CALLS[method]
+    assert getattr(RookGRPOTrainer, method) is not trl_method  # the override itself runs, not a patched copy
+    assert getattr(trainer, method)(*args) is sentinel
+    assert seen == [args] if method not in ("compute_loss", "training_step") else len(seen) == 1
+
+
+def test_rollout_dispatch_with_a_trainer_built_without_init():
+    """TRL's TestGRPORolloutDispatch, run against RookGRPOTrainer: ``_generate`` with a ``rollout_func``."""
+    import torch
+    from types import SimpleNamespace
+    from unittest.mock import MagicMock
+
+    def make(cls):
+        trainer = object.__new__(cls)
+        trainer.accelerator = SimpleNamespace(device=torch.device("cpu"), is_main_process=True, gather=lambda t: t)
+        trainer.args = SimpleNamespace(report_to=[])
+        trainer.model = SimpleNamespace(training=True)
+        trainer.state = SimpleNamespace(global_step=2, num_input_tokens_seen=0)
+        trainer._last_loaded_step = 1
+        trainer.use_vllm = True
+        trainer.vllm_generation = SimpleNamespace(sync_weights=MagicMock())
+        trainer.tools = None
+        trainer.eos_token_ids = [0]
+        trainer._tokenizer = SimpleNamespace(pad_token_id=0)
+        trainer.processing_class = SimpleNamespace(batch_decode=lambda ids, **kw: ["c" * len(i) for i in ids])
+        from collections import defaultdict
+        trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+        trainer.rollout_func = MagicMock(return_value={"prompt_ids": [[1]], "completion_ids": [[2, 0]],
+                                                       "logprobs": [[-0.1, -0.2]], "env_mask": [[1, 1]]})
+        return trainer
+
+    vanilla, rook = make(GRPOTrainer), make(RookGRPOTrainer)
+    expected, got = vanilla._generate(["prompt"]), rook._generate(["prompt"])
+    assert got == expected and got[1] == [[2, 0]] and got[3] == ["cc"]
+    rook.vllm_generation.sync_weights.assert_called_once()
+    assert rook._last_loaded_step == 2 and rook._metrics["train"] == vanilla._metrics["train"]

@@ -9,7 +9,7 @@ import torch
 from conftest import (REPO, launch_two_cpu_processes, losses_and_rewards, read_json, tiny_grpo_args, vanilla_args,
                       write_flat_recipe)
 from rookgrpo import ConfigError, RookGRPOTrainer
-from rookgrpo.batch import batch_advantages, loss_mask, take_rows, zero_std_groups
+from rookgrpo.dynamics.batch import batch_advantages, loss_mask, take_rows, zero_std_groups
 from rookgrpo.callbacks import Diagnostics, ZeroStdResampling
 
 sys.path.insert(0, str(REPO / "tests" / "assets"))
@@ -223,8 +223,8 @@ def _fake_vllm(trainer, mode):
 
 @pytest.mark.parametrize("mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
 def test_our_importance_ratio_is_trls(tiny_model_dir, flat_dataset, tmp_path, mode):
-    """Pins :func:`rookgrpo.batch.vllm_importance_sampling_ratio` to the ratio TRL itself computed (unspliced)."""
-    from rookgrpo.batch import vllm_importance_sampling_ratio
+    """Pins :func:`rookgrpo.dynamics.batch.vllm_importance_sampling_ratio` to the ratio TRL itself computed (unspliced)."""
+    from rookgrpo.dynamics.batch import vllm_importance_sampling_ratio
 
     seen = []
 
@@ -249,7 +249,7 @@ def test_our_importance_ratio_is_trls(tiny_model_dir, flat_dataset, tmp_path, mo
 def test_spliced_vllm_batches_keep_trls_ratio_semantics(tiny_model_dir, flat_dataset, tmp_path, loss_type):
     """Padding of the ratio is 1 (TRL's value; VESPO sums log-ratios without a mask, so 0 there zeroed a row's
     weight), and rows whose padding changed get old log-probs and ratio recomputed on the final tensors."""
-    from rookgrpo.batch import vllm_importance_sampling_ratio
+    from rookgrpo.dynamics.batch import vllm_importance_sampling_ratio
 
     seen = []
 
@@ -320,7 +320,7 @@ def test_metrics_name_the_batch_they_describe(tiny_model_dir, flat_dataset, tmp_
     """TRL's reward metrics describe the sampled batch; optimised/* the batch the loss saw; the completions table
     holds the optimised rows with their final advantages. DAPO-style rounds (``oversample``) score more rows than
     TRL's table keeps: the replacements trained on must still be the rows it shows."""
-    from rookgrpo.batch import combined_rewards
+    from rookgrpo.dynamics.batch import combined_rewards
 
     optimised = []
 
@@ -393,7 +393,7 @@ def test_optimised_zero_std_share_uses_trls_definition(tiny_model_dir, smoke_dat
     """optimised/frac_reward_zero_std compares with TRL's frac_reward_zero_std: groups whose rewards differ only by
     float noise (a judge scoring identical texts 1e-7 apart) have spread under TRL's definition and no signal under the
     resampler's (resample/frac_zero_std_*), and each metric keeps its own definition."""
-    from rookgrpo.batch import trl_frac_zero_std, zero_std_groups
+    from rookgrpo.dynamics.batch import trl_frac_zero_std, zero_std_groups
 
     def noise_only(completions, **kwargs):
         return [0.5 + (1e-7 if i % 4 == 1 else 0.0) for i in range(len(completions))]

@@ -98,14 +98,14 @@ def move_bins(edges: list[int]) -> list[str]:
 
 
 def move_counts_of(lines) -> collections.Counter:
-    """How often each move-shaped word occurs in ``lines`` (:data:`rookgrpo.tiny_model.MOVE_WORD`).
+    """How often each move-shaped word occurs in ``lines`` (:data:`rookgrpo.models.tiny_model.MOVE_WORD`).
 
     >>> move_counts_of(["P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1a2 a1b1 E: 0.1 0.2 B: a1a2"])
     Counter({'a1a2': 2, 'a1b1': 1})
     """
     import re
 
-    from rookgrpo.tiny_model import MOVE_WORD
+    from rookgrpo.models.tiny_model import MOVE_WORD
 
     word = re.compile(MOVE_WORD)
     counts: collections.Counter = collections.Counter()

@@ -6,16 +6,26 @@ processes, the CLI's help) start without loading torch and TRL.
 
 __version__ = "0.1.0"
 
+#: The built-in callbacks: recipe name -> (module under ``rookgrpo.callbacks``, class). The callback registry loads
+#: these modules, and the package root exports these classes, so a new built-in is added here once.
+BUILTIN_CALLBACKS = {
+    "adaptive_beta": ("adaptive_beta", "AdaptiveBeta"),
+    "chess_eval": ("chess_eval", "ChessEval"),
+    "diagnostics": ("diagnostics", "Diagnostics"),
+    "kl_cap": ("kl_cap", "KLCap"),
+    "prompt_selection": ("selection", "PromptSelection"),
+    "reference_credit": ("reference_credit", "ReferenceCredit"),
+    "sft_anchor": ("sft_anchor", "SFTAnchor"),
+    "zero_std_resampling": ("zero_std", "ZeroStdResampling"),
+}
+
 _EXPORTS = {
-    "AdaptiveBeta": ".callbacks",
+    **{cls: ".callbacks" for _, cls in BUILTIN_CALLBACKS.values()},
     "ConfigError": ".errors",
-    "Diagnostics": ".callbacks",
-    "PromptSelection": ".callbacks",
     "RookCallback": ".callbacks",
     "RookGRPOConfig": ".config",
     "RookGRPOTrainer": ".trainer",
     "RookScriptArguments": ".config",
-    "ZeroStdResampling": ".callbacks",
     "available_rewards": ".rewards",
     "get_reward": ".rewards",
     "register_callback": ".callbacks",

@@ -5,7 +5,7 @@ With every rookgrpo field at its default, ``RookGRPOConfig`` is a plain ``GRPOCo
 except two. On a machine without a GPU a recipe written for GPUs trains on CPU without mixed precision, with a
 one-line notice, instead of stopping with transformers' "Your setup doesn't support bf16/gpu". And
 ``position_ids_from_mask`` is on: the loss scores a left-padded completion at the positions that sampled it
-(:mod:`rookgrpo.positions`), which TRL does not do for models with absolute position embeddings.
+(:mod:`rookgrpo.dynamics.positions`), which TRL does not do for models with absolute position embeddings.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class RookGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        from .task_sampling import parse_task_generation_kwargs
+        from .dynamics.task_sampling import parse_task_generation_kwargs
 
         _check_num_generations(self.num_generations)
         self.task_generation_kwargs = parse_task_generation_kwargs(self.task_generation_kwargs)

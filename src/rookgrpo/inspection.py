@@ -34,7 +34,7 @@ class StepRecorder(RookCallback):
     def on_scored_batch(self, trainer, scored) -> None:
         if self.batch is not None or not trainer.model.training:
             return
-        from .batch import combined_rewards
+        from .dynamics.batch import combined_rewards
 
         tokenizer = trainer.processing_class
         out = scored.output
@@ -67,7 +67,7 @@ def inspect_recipe(argv: Sequence[str]) -> dict[str, Any]:
     """Run one step of the recipe in ``argv`` (recipe path + overrides) and return the report as a dict."""
     from trl import GRPOTrainer
 
-    from .batch import combined_rewards
+    from .dynamics.batch import combined_rewards
     from .train import build_trainer
 
     recorder = StepRecorder()

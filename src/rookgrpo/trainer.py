@@ -18,10 +18,11 @@ import torch
 from trl import GRPOTrainer
 
 from .assets import resolve_model
+from .callbacks.base import RookCallback
 from .callbacks.registry import resolve_callbacks
 from .config import _check_num_generations
 from .errors import ConfigError
-from .positions import MaskPositions
+from .dynamics.positions import MaskPositions
 from .rewards.registry import resolve_reward_func
 
 
@@ -34,6 +35,22 @@ class RookGRPOTrainer(GRPOTrainer):
             none of these and looks like a model id is passed on and loaded as a reward model, as TRL does).
         callbacks: as in TRL, plus registered names, dotted paths and ``{"name": ..., **kwargs}`` mappings.
     """
+
+    # Class-level defaults of every attribute the overridden TRL methods read, so each override calls straight through
+    # to TRL on an instance whose ``__init__`` never ran (TRL's own tests build trainers with ``object.__new__``).
+    _hooks_ready = False  # True once __init__ bound the callbacks; add_callback before that is TRL's own
+    _phases = None  # a PhaseMeter once a callback asks for phase measurements (diagnostics)
+    _last_rewards_per_func = None
+    _task_settings = None
+    _pool_by_task: dict[str, list[int]] | None = None  # built on the first resampled batch
+    _loss_inputs = None  # during a loss with hooks, until its policy pass: the copy they may change
+    _batch_hooks: tuple | list = ()
+    _log_hooks: tuple | list = ()
+    _loss_hooks: tuple | list = ()
+    _extra_loss_hooks: tuple | list = ()
+    _replacement_hooks: tuple | list = ()
+    _sampler_hook = None
+    _weights_hook = None
 
     def __init__(
         self,
@@ -57,7 +74,7 @@ class RookGRPOTrainer(GRPOTrainer):
             if not reward_funcs:
                 raise ConfigError("reward_funcs: the list is empty. Name at least one reward, e.g. reward_funcs: [uci_charset].")
         callbacks = resolve_callbacks(callbacks)
-        if any(getattr(cb, "needs_prompt_ids", False) for cb in callbacks or ()):
+        if any(isinstance(cb, RookCallback) and cb.needs_prompt_ids for cb in callbacks or ()):
             train_dataset = _with_prompt_ids(train_dataset)
         _check_prompt_column(train_dataset, "train_dataset")
         _check_reward_columns(reward_funcs or [], train_dataset)
@@ -74,19 +91,15 @@ class RookGRPOTrainer(GRPOTrainer):
             callbacks=callbacks,
             **kwargs,
         )
-        self._phases = None  # a PhaseMeter once a callback asks for phase measurements (diagnostics)
-        self._last_rewards_per_func = None
-        self._task_settings = None
-        self._pool_by_task: dict[str, list[int]] | None = None  # built on the first resampled batch
         if getattr(self.args, "task_generation_kwargs", None):
-            from .task_sampling import TaskSettings
+            from .dynamics.task_sampling import TaskSettings
 
             self._task_settings = TaskSettings(self, self.args.task_generation_kwargs)
         self._positions = MaskPositions(self, enabled=getattr(self.args, "position_ids_from_mask", True))
         for callback in self._rook_callbacks():
             callback.bind(self)
         self._register_hooks()
-        self._loss_inputs = None  # during a loss with hooks, until its policy pass: the copy they may change
+        self._hooks_ready = True
 
     def _register_hooks(self) -> None:
         """Sort the bound callbacks' hooks into the lists the trainer calls; rerun whenever the callbacks change."""
@@ -94,15 +107,18 @@ class RookGRPOTrainer(GRPOTrainer):
         # recipe lists them in: an observer must see the batch that is optimised, and the time spent making it.
         # A hook that judges the batch as generated (prompt selection, learning from the prompts it chose) runs first;
         # one that changes which tokens the loss counts (reference_credit) runs on the final rows, before the observers.
-        hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_scored_batch")]
-        self._batch_hooks = sorted(hooks, key=lambda cb: 0 if getattr(cb, "sees_first_round", False)
-                                   else 1 if getattr(cb, "changes_batch", False)
-                                   else 2 if getattr(cb, "changes_mask", False) else 3)
-        self._log_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "before_log")]
+        callbacks = self._rook_callbacks()
+        hooks = [cb for cb in callbacks if cb.implements("on_scored_batch")]
+        self._batch_hooks = sorted(hooks, key=lambda cb: 0 if cb.sees_first_round else 1 if cb.changes_batch
+                                   else 2 if cb.changes_mask else 3)
+        self._log_hooks = [cb for cb in callbacks if cb.implements("before_log")]
         # Hooks on each loss (kl_cap): this loss's copy of the batch with the policy's log-probs from its forward pass.
-        self._loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "on_loss_logps")]
+        self._loss_hooks = [cb for cb in callbacks if cb.implements("on_loss_logps")]
         # Terms added to each training loss (sft_anchor), each already scaled for gradient accumulation.
-        self._extra_loss_hooks = [cb for cb in self._rook_callbacks() if hasattr(cb, "extra_loss")]
+        self._extra_loss_hooks = [cb for cb in callbacks if cb.implements("extra_loss")]
+        self._sampler_hook = next((cb for cb in callbacks if cb.implements("make_sampler")), None)
+        self._weights_hook = next((cb for cb in callbacks if cb.implements("replacement_weights")), None)
+        self._replacement_hooks = [cb for cb in callbacks if cb.implements("observe_replacements")]
 
     # ---- callbacks added or removed after the trainer was built -------------------------------------------------
 
@@ -115,7 +131,7 @@ class RookGRPOTrainer(GRPOTrainer):
 
             trainer.add_callback(SFTAnchor(data="rookgrpo/tiny-rookworld-train", tasks=["A"]))
         """
-        if not hasattr(self, "_batch_hooks"):  # transformers and TRL add their own callbacks while building
+        if not self._hooks_ready:  # transformers and TRL add their own callbacks while building
             return super().add_callback(callback)
         before = {id(cb) for cb in self.callback_handler.callbacks}
         super().add_callback(callback)
@@ -123,7 +139,7 @@ class RookGRPOTrainer(GRPOTrainer):
         dataset = self.train_dataset
         try:
             for cb in added:
-                if getattr(cb, "needs_prompt_ids", False):  # as the constructor does for the callbacks given to it
+                if cb.needs_prompt_ids:  # as the constructor does for the callbacks given to it
                     self.train_dataset = _with_prompt_ids(self.train_dataset)
                 cb.bind(self)
         except Exception:
@@ -151,7 +167,7 @@ class RookGRPOTrainer(GRPOTrainer):
         """TRL's generate-and-score, then the scored-batch hooks: batch-changing ones (resampling) first, then observers
         (diagnostics), each group in the listed order."""
         if self._task_settings is not None:
-            from .task_sampling import batch_task
+            from .dynamics.task_sampling import batch_task
 
             self._task_settings.apply(self, batch_task(inputs, self.args.task_column))
         output = super()._generate_and_score_completions(inputs)
@@ -233,14 +249,14 @@ class RookGRPOTrainer(GRPOTrainer):
 
     def log(self, logs, *args, **kwargs):
         """TRL's log, after callbacks with ``before_log`` (e.g. diagnostics) added values derived from the step."""
-        for callback in getattr(self, "_log_hooks", ()):
+        for callback in self._log_hooks:
             callback.before_log(self, logs)
         return super().log(logs, *args, **kwargs)
 
     def measure_phases(self):
-        """Switch phase measurement on (idempotent) and return the trainer's :class:`~rookgrpo.phases.PhaseMeter`."""
+        """Switch phase measurement on (idempotent) and return the trainer's :class:`~rookgrpo.dynamics.phases.PhaseMeter`."""
         if self._phases is None:
-            from .phases import PhaseMeter
+            from .dynamics.phases import PhaseMeter
 
             self._phases = PhaseMeter(self.accelerator.device)
         return self._phases
@@ -248,14 +264,14 @@ class RookGRPOTrainer(GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         """TRL's sampler; a task-homogeneous one when ``task_generation_kwargs`` is set; the selecting callback's
         (``prompt_selection``) when there is one, task-homogeneous where needed."""
-        selector = next((cb for cb in self._rook_callbacks() if hasattr(cb, "make_sampler")), None)
+        selector = self._sampler_hook
         if selector is not None:
             dataset = self.train_dataset if dataset is None else dataset
             tasks = dataset[self.args.task_column] if self._task_settings is not None else None
             return selector.make_sampler(self, dataset, tasks)
         if self._task_settings is None:
             return super()._get_train_sampler(dataset) if dataset is not None else super()._get_train_sampler()
-        from .task_sampling import TaskGroupedRepeatSampler
+        from .dynamics.task_sampling import TaskGroupedRepeatSampler
 
         dataset = self.train_dataset if dataset is None else dataset
         return TaskGroupedRepeatSampler(
@@ -273,7 +289,7 @@ class RookGRPOTrainer(GRPOTrainer):
         n = len(self.train_dataset)
         if self._task_settings is None:
             return list(range(n))
-        from .task_sampling import batch_task, indices_by_task
+        from .dynamics.task_sampling import batch_task, indices_by_task
 
         if self._pool_by_task is None:
             self._pool_by_task = indices_by_task(self.train_dataset[self.args.task_column])
@@ -282,20 +298,16 @@ class RookGRPOTrainer(GRPOTrainer):
     def _replacement_weights(self, pool: list[int]) -> list[float] | None:
         """How likely each pool prompt is to be drawn as a replacement: the selecting callback's keep probabilities
         (``prompt_selection``), so resampling skips prompts it predicts flat too; ``None`` (uniform) without one."""
-        selector = next((cb for cb in self._rook_callbacks() if hasattr(cb, "replacement_weights")), None)
-        return None if selector is None else selector.replacement_weights(pool)
+        return None if self._weights_hook is None else self._weights_hook.replacement_weights(pool)
 
     def _observe_replacements(self, prompt_ids: list[int], flat: list[bool], rewards_per_func) -> None:
         """Tell the callbacks that keep a per-prompt history about the groups resampling drew as replacements."""
-        for cb in self._rook_callbacks():
-            if hasattr(cb, "observe_replacements"):
-                cb.observe_replacements(self, prompt_ids, flat, rewards_per_func)
+        for cb in self._replacement_hooks:
+            cb.observe_replacements(self, prompt_ids, flat, rewards_per_func)
 
     CALLBACK_STATE_FILE = "rookgrpo_callbacks.json"
 
     def _rook_callbacks(self) -> list:
-        from .callbacks.base import RookCallback
-
         return [cb for cb in self.callback_handler.callbacks if isinstance(cb, RookCallback)]
 
     def _save_checkpoint(self, model, trial):

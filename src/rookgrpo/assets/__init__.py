@@ -19,7 +19,7 @@ def cache_dir() -> Path:
 
 
 def _tiny_random() -> Path:
-    from ..tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from ..models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
 
     return build_tiny_gpt2(cache_dir() / "models" / "tiny-random-v2", TinyGPT2Spec())
 
@@ -40,7 +40,7 @@ def _tiny_rookworld() -> Path:
 
 
 def _fill_in_judge() -> Path:
-    from ..judge import build_fill_in_judge
+    from ..models.judge import build_fill_in_judge
 
     return build_fill_in_judge(cache_dir() / "models" / "fill-in-judge-v1")
 
@@ -79,7 +79,7 @@ DATASETS = {
 def _fill_in_rows():
     from datasets import Dataset
 
-    from ..judge import fill_in_prompts
+    from ..models.judge import fill_in_prompts
 
     return Dataset.from_dict({"prompt": fill_in_prompts(1024, seed=0)})
 

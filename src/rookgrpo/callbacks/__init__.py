@@ -1,7 +1,12 @@
-"""Training-dynamics callbacks, and the registry that lets recipes name them."""
+"""Training-dynamics callbacks, and the registry that lets recipes name them.
 
+The built-in ones are listed once, in ``rookgrpo.BUILTIN_CALLBACKS`` (recipe name -> module and class); the machinery
+behind them is in :mod:`rookgrpo.dynamics`. The hooks a callback may implement are declared on :class:`RookCallback`.
+"""
+
+from .. import BUILTIN_CALLBACKS
 from .adaptive_beta import AdaptiveBeta
-from .base import RookCallback
+from .base import HOOKS, RookCallback
 from .chess_eval import ChessEval
 from .diagnostics import Diagnostics
 from .kl_cap import KLCap
@@ -11,5 +16,5 @@ from .sft_anchor import SFTAnchor
 from .zero_std import ZeroStdResampling
 from .registry import available_callbacks, register_callback, resolve_callback, resolve_callbacks
 
-__all__ = ["AdaptiveBeta", "ChessEval", "Diagnostics", "KLCap", "PromptSelection", "ReferenceCredit", "RookCallback", "SFTAnchor", "ZeroStdResampling", "available_callbacks", "register_callback", "resolve_callback",
-           "resolve_callbacks"]
+__all__ = ["HOOKS", "RookCallback", *sorted(cls for _, cls in BUILTIN_CALLBACKS.values()), "available_callbacks",
+           "register_callback", "resolve_callback", "resolve_callbacks"]

@@ -23,7 +23,22 @@ from .registry import register_callback
 
 @register_callback("adaptive_beta")
 class AdaptiveBeta(RookCallback):
-    """Tune ``trainer.beta`` towards ``target_kl`` (per-token KL, as TRL logs it). Logs ``beta`` every step."""
+    """Tune ``trainer.beta`` towards ``target_kl`` (per-token KL, as TRL logs it). Logs ``beta`` every step.
+
+    Args:
+        target_kl: the per-token KL (TRL's ``kl`` metric) to track; > 0.
+        horizon: optimizer steps over which a full ``clip``-sized error changes beta by ``clip``; larger is slower.
+        beta_min, beta_max: bounds on beta; beta_min > 0, because TRL drops the reference model at beta 0.
+        warmup_steps: optimizer steps before the first update (beta stays at the config's ``beta``).
+        clip: bound on the relative error ``KL / target_kl - 1`` used in one update.
+
+    Example (what the recipe entry ``callbacks: [{adaptive_beta: {target_kl: 0.02}}]`` resolves to)::
+
+        >>> from rookgrpo.callbacks import resolve_callback
+        >>> cb = resolve_callback({"adaptive_beta": {"target_kl": 0.02}})
+        >>> type(cb).__name__, cb.target_kl, cb.horizon
+        ('AdaptiveBeta', 0.02, 10.0)
+    """
 
     state_key = "adaptive_beta"
 

@@ -1,4 +1,10 @@
-"""Base class for callbacks that act on the trainer itself (not only observe it) and keep state across resumes."""
+"""The callback contract: every hook :class:`~rookgrpo.RookGRPOTrainer` calls on a callback, declared in one place.
+
+A plain ``transformers.TrainerCallback`` only observes the trainer through ``on_*`` events. A :class:`RookCallback`
+may also act on it: change a scored batch, the loss, the sampler, the log. The trainer calls a hook only on the
+callbacks that override it (:meth:`RookCallback.implements`), so a callback implements just the hooks it needs and
+the rest cost nothing.
+"""
 
 from __future__ import annotations
 
@@ -6,36 +12,114 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+#: The optional hooks, in the order a training step reaches them. The trainer registers a callback for a hook only
+#: where the callback's class overrides it.
+HOOKS = ("make_sampler", "on_scored_batch", "replacement_weights", "observe_replacements", "on_loss_logps",
+         "extra_loss", "before_log")
+
 
 class RookCallback(TrainerCallback):
-    """A ``TrainerCallback`` that :class:`~rookgrpo.RookGRPOTrainer` binds to itself and checkpoints.
+    """A ``TrainerCallback`` that :class:`~rookgrpo.RookGRPOTrainer` binds to itself, calls at its hooks, and checkpoints.
 
-    - ``bind(trainer)`` is called once the trainer is built, or when the callback is added with
-      ``trainer.add_callback`` later: validate the config (raise ``ConfigError``) and keep a reference to the trainer
-      for the hooks.
-    - ``on_scored_batch(trainer, scored)`` (optional) sees each scored generation batch; set ``changes_batch = True``
-      when it replaces rows, so it runs before the observers, or ``changes_mask = True`` when it changes which tokens
-      the loss counts, so it runs on the final rows (after the hooks that replace rows) and before the observers.
-    - ``on_loss_logps(trainer, inputs, per_token_logps)`` (optional): after each loss's own policy forward pass,
-      with that loss's shallow copy of the batch (entries may be replaced before the loss reads them; the buffered
-      batch is not touched) and the policy's per-token log-probs (``kl_cap``).
-    - ``extra_loss(trainer, model)`` (optional): a term added to each training loss, already scaled for gradient
-      accumulation, or ``None`` (``sft_anchor``).
-    - ``before_log(trainer, logs)`` (optional): add values to each log entry before it is written (``diagnostics``).
-    - ``state_dict()`` / ``load_state_dict()`` are saved in every checkpoint and restored on
+    Subclass it, override the hooks you need, and register the class with
+    :func:`~rookgrpo.callbacks.register_callback` so recipes can name it. With a plain TRL ``GRPOTrainer`` a
+    ``RookCallback`` is an ordinary ``TrainerCallback``: only its ``on_*`` events run.
+
+    Lifecycle (always called):
+
+    - :meth:`bind` once the trainer is built, or when the callback is added later with ``trainer.add_callback``:
+      validate the trainer's config (raise :class:`~rookgrpo.errors.ConfigError`) and keep the trainer.
+    - :meth:`state_dict` / :meth:`load_state_dict`: saved under :attr:`state_key` in every checkpoint and restored on
       ``resume_from_checkpoint``, so a controller continues where it stopped.
+
+    Hooks (called only where a subclass overrides them, see :data:`HOOKS`):
+
+    - :meth:`make_sampler`: the training sampler (one callback at most; ``prompt_selection``).
+    - :meth:`on_scored_batch`: each scored generation batch, with the flags :attr:`sees_first_round`,
+      :attr:`changes_batch` and :attr:`changes_mask` choosing when it runs.
+    - :meth:`replacement_weights` / :meth:`observe_replacements`: how resampling draws replacement prompts, and what
+      it drew (callbacks that keep a per-prompt history).
+    - :meth:`on_loss_logps`: each loss's own policy log-probs (``kl_cap``).
+    - :meth:`extra_loss`: a term added to each training loss (``sft_anchor``).
+    - :meth:`before_log`: values added to each log entry (``diagnostics``).
+
+    Example:
+        >>> from rookgrpo.callbacks import RookCallback
+        >>> class CountBatches(RookCallback):
+        ...     state_key = "count_batches"
+        ...     def __init__(self):
+        ...         self.batches = 0
+        ...     def on_scored_batch(self, trainer, scored):
+        ...         self.batches += 1
+        ...     def state_dict(self):
+        ...         return {"batches": self.batches}
+        ...     def load_state_dict(self, state):
+        ...         self.batches = state["batches"]
+        >>> CountBatches().implements("on_scored_batch"), CountBatches().implements("extra_loss")
+        (True, False)
     """
 
+    #: Key of this callback's state in a checkpoint's ``rookgrpo_callbacks.json``; unique per callback class.
     state_key: str = "rook_callback"
-    # True for callbacks whose ``on_scored_batch`` replaces rows of the batch (resampling): the trainer runs them before
-    # the callbacks that only observe it, whatever the listed order.
+    #: ``on_scored_batch`` runs first, on the batch exactly as generated (before resampling replaces rows): for a
+    #: callback that judges the prompts it chose (``prompt_selection``).
+    sees_first_round: bool = False
+    #: ``on_scored_batch`` replaces rows of the batch (resampling): it runs before the callbacks that only observe it,
+    #: whatever the listed order, so observers see the batch that is optimised.
     changes_batch: bool = False
+    #: ``on_scored_batch`` changes which tokens the loss counts (``reference_credit``): it runs on the final rows,
+    #: after the row-replacing hooks and before the observers.
+    changes_mask: bool = False
+    #: The trainer adds a column numbering the training rows (``rookgrpo.callbacks.selection.PROMPT_ID_COLUMN``)
+    #: before building, for callbacks that keep a history per prompt.
+    needs_prompt_ids: bool = False
+
+    def implements(self, hook: str) -> bool:
+        """Whether this callback's class overrides the optional hook ``hook`` (one of :data:`HOOKS`)."""
+        if hook not in HOOKS:
+            raise ValueError(f"{hook!r} is not a RookCallback hook; hooks: {', '.join(HOOKS)}")
+        return getattr(type(self), hook) is not getattr(RookCallback, hook)
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------------
 
     def bind(self, trainer: Any) -> None:
+        """Called once the trainer is built (or on ``add_callback``): check its config, keep a reference."""
         self.trainer = trainer
 
     def state_dict(self) -> dict:
+        """JSON-serialisable state saved with every checkpoint."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        """Restore what :meth:`state_dict` returned, on ``resume_from_checkpoint``."""
+
+    # ---- optional hooks (the trainer calls them only where overridden) ---------------------------------------------
+
+    def make_sampler(self, trainer: Any, dataset: Any, tasks: list | None = None) -> Any:
+        """Return the training sampler in place of TRL's ``RepeatSampler``; ``tasks`` (each row's task) is given when
+        generation batches must be task-homogeneous (``task_generation_kwargs``). The first callback that overrides
+        it is used."""
+        raise NotImplementedError
+
+    def on_scored_batch(self, trainer: Any, scored: Any) -> None:
+        """See each scored generation batch (a :class:`~rookgrpo.trainer.ScoredBatch`) after TRL scored it and before
+        any loss is computed on it; a callback that changes it sets :attr:`changes_batch` or :attr:`changes_mask`."""
+
+    def replacement_weights(self, pool: list[int]) -> list[float] | None:
+        """How likely each dataset index in ``pool`` is to be drawn when resampling replaces a flat group (``None``:
+        uniform). The first callback that overrides it is used."""
+        return None
+
+    def observe_replacements(self, trainer: Any, prompt_ids: list[int], flat: list[bool], rewards_per_func: Any) -> None:
+        """Told which prompts resampling drew as replacements, whether each group came out flat, and their rewards."""
+
+    def on_loss_logps(self, trainer: Any, inputs: dict, per_token_logps: Any) -> None:
+        """After each loss's own policy forward pass: that loss's shallow copy of the batch (entries may be replaced
+        before the loss reads them; the buffered batch is not touched) and the policy's per-token log-probs."""
+
+    def extra_loss(self, trainer: Any, model: Any) -> Any:
+        """A term added to each training loss, already scaled for gradient accumulation, or ``None``."""
+        return None
+
+    def before_log(self, trainer: Any, logs: dict) -> None:
+        """Add values to each log entry before TRL writes it."""

@@ -37,7 +37,16 @@ class ChessEval(RookCallback):
             ``n_env`` distinct ``A:`` prompts are the fixed subset (greedy decoding answers copies of a prompt alike,
             so a copy would only weigh one position more).
         every: steps between evaluations; a multiple of ``logging_steps`` so each lands in a logged step.
+        n_policy, n_env: how many distinct ``P:`` and ``A:`` prompts the subset holds.
+        batch_size: prompts per greedy generation call.
         max_new_tokens: default: 1.25 x the longest reference completion's tokens, plus 4.
+
+    Example::
+
+        >>> from rookgrpo.callbacks import resolve_callback
+        >>> cb = resolve_callback({"chess_eval": {"every": 40, "n_policy": 32}})
+        >>> type(cb).__name__, cb.every, cb.n_policy, cb.n_env
+        ('ChessEval', 40, 32, 32)
     """
 
     state_key = "chess_eval"

@@ -8,7 +8,7 @@ Logged (averaged over the logging window like TRL's own metrics):
   per optimizer step; ``timing/step``: seconds per optimizer step, everything included. The trainer measures the
   phases around TRL's own methods, so they add up to what the step really spent.
 - ``memory/<phase>`` for the same five phases: peak memory during the phase in MiB on the main process (CUDA max
-  allocated on a GPU, the process's peak resident set on CPU; :mod:`rookgrpo.phases` says how). On CPU
+  allocated on a GPU, the process's peak resident set on CPU; :mod:`rookgrpo.dynamics.phases` says how). On CPU
   ``memory/process_peak`` is the process's peak resident set since training began.
 - ``timing/first_step`` (in the first log only): the first optimizer step, which carries the warm-up (allocator,
   kernels, a ``torch.compile`` compilation); after 5 more steps an info line says how many median steps it cost.
@@ -39,8 +39,8 @@ import time
 
 import torch
 
-from ..batch import loss_mask
-from ..phases import dynamo_graphs
+from ..dynamics.batch import loss_mask
+from ..dynamics.phases import dynamo_graphs
 from .base import RookCallback
 from .registry import register_callback
 
@@ -201,7 +201,21 @@ def kl_share(loss: float, kl_term: float) -> float:
 
 @register_callback("diagnostics")
 class Diagnostics(RookCallback):
-    """Per-phase timing, identical-group share, KL share of the loss, and rate-limited warnings."""
+    """Per-phase timing, identical-group share, KL share of the loss, and rate-limited warnings (module docstring).
+
+    Args:
+        warn_every: optimizer steps between two warnings of the same kind (the ones held back are counted).
+        identical_warn_frac: warn when at least this share of a batch's groups are identical completions.
+        truncated_warn_frac: warn when at least this share of a batch's completions ran to
+            ``max_completion_length``.
+
+    Example::
+
+        >>> from rookgrpo.callbacks import resolve_callback
+        >>> cb = resolve_callback({"diagnostics": {"warn_every": 20}})
+        >>> type(cb).__name__, cb.warn_every
+        ('Diagnostics', 20)
+    """
 
     state_key = "diagnostics"
 

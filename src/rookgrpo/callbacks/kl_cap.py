@@ -63,7 +63,18 @@ def log_ratio_bounds(max_token_kl: float) -> tuple[float, float]:
 
 @register_callback("kl_cap")
 class KLCap(RookCallback):
-    """Clamp each completion token's KL term to at most ``max_token_kl`` nats (see the module docstring)."""
+    """Clamp each completion token's KL term to at most ``max_token_kl`` nats (see the module docstring).
+
+    Args:
+        max_token_kl: the largest k3 KL term (``exp(r) - r - 1``) one token may contribute, in nats; > 0.
+
+    Example::
+
+        >>> from rookgrpo.callbacks import resolve_callback
+        >>> cb = resolve_callback({"kl_cap": {"max_token_kl": 10.0}})
+        >>> type(cb).__name__, round(cb.r_low, 2), round(cb.r_high, 2)
+        ('KLCap', -11.0, 2.61)
+    """
 
     state_key = "kl_cap"
 

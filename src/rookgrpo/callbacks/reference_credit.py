@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from .. import batch as B
+from ..dynamics import batch as B
 from ..errors import ConfigError
 from .base import RookCallback
 from .registry import register_callback
@@ -76,6 +76,13 @@ class ReferenceCredit(RookCallback):
 
     Args:
         tasks: the tasks it applies to; each must have a reference (``A``: the RookWorld environment step).
+
+    Example::
+
+        >>> from rookgrpo.callbacks import resolve_callback
+        >>> cb = resolve_callback({"reference_credit": {"tasks": ["A"]}})
+        >>> type(cb).__name__, list(cb.tasks), cb.changes_mask
+        ('ReferenceCredit', ['A'], True)
     """
 
     state_key = "reference_credit"

@@ -33,7 +33,8 @@ def register_callback(name: str):
 
 
 def available_callbacks() -> list[str]:
-    """Sorted names of all registered callbacks."""
+    """Sorted names of all registered callbacks, the built-in ones included."""
+    _load_builtin_callbacks()
     return sorted(_REGISTRY)
 
 
@@ -103,6 +104,8 @@ def _lookup(name: str) -> type[TrainerCallback]:
 
 
 def _load_builtin_callbacks() -> None:
-    """Import the built-in callback modules; each registers itself on import."""
-    for module in ("adaptive_beta", "zero_std", "diagnostics", "selection", "chess_eval", "sft_anchor"):
+    """Import the built-in callback modules (``rookgrpo.BUILTIN_CALLBACKS``); each registers itself on import."""
+    from .. import BUILTIN_CALLBACKS
+
+    for module, _ in BUILTIN_CALLBACKS.values():
         importlib.import_module(f"rookgrpo.callbacks.{module}")

@@ -1,6 +1,6 @@
 """``prompt_selection``: choose each generation batch's prompts before generating, skipping predicted-flat ones.
 
-The rules, the history and the sampler are in :mod:`rookgrpo.selection`; this callback owns their state, hands the
+The rules, the history and the sampler are in :mod:`rookgrpo.dynamics.selection`; this callback owns their state, hands the
 trainer the sampler, and records what every drawn prompt's group did. Named in recipes like the other callbacks::
 
     callbacks:
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from ..batch import combined_rewards
+from ..dynamics.batch import combined_rewards
 from ..errors import ConfigError
-from ..selection import RULES, STREAK, PromptHistory, SelectingSampler, SelectionState, flat_side
+from ..dynamics.selection import RULES, STREAK, PromptHistory, SelectingSampler, SelectionState, flat_side
 from .base import RookCallback
 from .registry import register_callback
 from .zero_std import no_signal_groups
@@ -36,7 +36,7 @@ PROMPT_ID_COLUMN = "rookgrpo_prompt_id"
 
 @register_callback("prompt_selection")
 class PromptSelection(RookCallback):
-    """Skip prompts whose next group is predicted flat (see :mod:`rookgrpo.selection`).
+    """Skip prompts whose next group is predicted flat (see :mod:`rookgrpo.dynamics.selection`).
 
     Args:
         rule: ``"greso"`` (GRESO's ``p**k`` rule, ``p`` adapted to ``target_flat``), ``"posterior"`` (a posterior
@@ -46,6 +46,13 @@ class PromptSelection(RookCallback):
         **rule_kwargs: the rule's own settings (GRESO: ``target_flat``, ``p_start``, ``step``, ``p_min``;
             posterior: ``prior_weight``, ``explore``; passrate: ``prior``, ``explore``, ``pass_threshold``, and
             ``target_flat``, ``step``, ``max_threshold`` for its threshold mode).
+
+    Example::
+
+        >>> from rookgrpo.callbacks import resolve_callback
+        >>> cb = resolve_callback({"prompt_selection": {"rule": "greso", "max_skips": 4}})
+        >>> type(cb).__name__, cb.max_skips, cb.needs_prompt_ids, cb.sees_first_round
+        ('PromptSelection', 4, True, True)
     """
 
     state_key = "prompt_selection"

@@ -43,6 +43,13 @@ class SFTAnchor(RookCallback):
         coef: weight of the NLL term against the GRPO loss; > 0.
         batch_size: reference lines per loss.
         max_length: lines longer than this many tokens are truncated from the right (default: the model's context).
+
+    Example::
+
+        >>> from rookgrpo.callbacks import resolve_callback
+        >>> cb = resolve_callback({"sft_anchor": {"tasks": ["A"], "coef": 0.1}})
+        >>> type(cb).__name__, cb.tasks, cb.coef, cb.batch_size
+        ('SFTAnchor', ['A'], 0.1, 16)
     """
 
     state_key = "sft_anchor"

@@ -31,7 +31,7 @@ from collections import defaultdict, deque
 import torch
 from trl.trainer.utils import nanstd
 
-from .. import batch as B
+from ..dynamics import batch as B
 from ..errors import ConfigError
 from .base import RookCallback
 from .registry import register_callback
@@ -46,6 +46,18 @@ class ZeroStdResampling(RookCallback):
 
     ``oversample: k`` (k >= 2) turns it into DAPO's dynamic sampling as verl runs it, for comparisons: each extra
     round draws a fixed number of groups (k - 1 batches' worth, then k), not as many as are flat.
+
+    Args:
+        max_rounds: extra generation rounds per generation batch at most; flat groups left after them are kept.
+        seed: seed of the replacement draws (default: the config's ``seed``); every rank draws the same prompts.
+        oversample: 0 (replace as many groups as are flat) or k >= 2 (DAPO-style fixed rounds, above).
+
+    Example::
+
+        >>> from rookgrpo.callbacks import resolve_callback
+        >>> cb = resolve_callback({"zero_std_resampling": {"max_rounds": 2}})
+        >>> type(cb).__name__, cb.max_rounds, cb.changes_batch
+        ('ZeroStdResampling', 2, True)
     """
 
     state_key = "zero_std_resampling"

@@ -163,7 +163,7 @@ def frequent_ranks(lines: Iterable[str], max_ranks: int = 4096, min_count: int =
 def build_board_tokenizer(charset: str = CHARSET, ranks: Sequence[str] = ()):
     """:func:`build_move_tokenizer` with one token per FEN rank in ``ranks`` (required: see :func:`frequent_ranks`)."""
     if not ranks:
-        raise ValueError("ranks: the board tokenizer needs the FEN ranks to give tokens (rookgrpo.tiny_model."
+        raise ValueError("ranks: the board tokenizer needs the FEN ranks to give tokens (rookgrpo.models.tiny_model."
                          "frequent_ranks of the training lines).")
     return build_move_tokenizer(charset, ranks)
 

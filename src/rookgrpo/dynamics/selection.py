@@ -160,7 +160,7 @@ class PosteriorRule(Rule):
     kept with probability ``1 - flat share`` and a prompt's own draws take over as they accumulate; old draws count
     ``discount`` times less per newer draw, so a prompt that turns informative is believed quickly.
 
-    >>> from rookgrpo.selection import PromptHistory
+    >>> from rookgrpo.dynamics.selection import PromptHistory
     >>> history = PromptHistory(); rule = PosteriorRule(explore=0.05); rule.bind(history)
     >>> rule.keep_probability(None)  # nothing known yet: keep
     1.0
@@ -200,7 +200,7 @@ class PassRateRule(Rule):
     group is flat with probability 0.7 is still drawn three times in ten, whatever else is on offer; the threshold
     spends the draws on the prompts likeliest to have signal, as far as the history allows.
 
-    >>> from rookgrpo.selection import PromptHistory
+    >>> from rookgrpo.dynamics.selection import PromptHistory
     >>> history = PromptHistory(group_size=8); rule = PassRateRule(); rule.bind(history)
     >>> history.observe(1, True, "low", 1, pass_rate=0.0)     # 0 of 8 passed
     >>> history.observe(2, False, None, 1, pass_rate=0.125)   # 1 of 8

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from trl.trainer.utils import RepeatSampler
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 SETTINGS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
