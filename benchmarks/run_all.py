@@ -32,12 +32,6 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("step_time", "bench_step_time", []),
     ("precision", "bench_precision", []),
     ("position_gap", "bench_position_gap", []),
-    ("sft_micro_batches", "bench_sft_micro_batches", []),
-    ("sft_micro_batches_own", "bench_sft_micro_batches", ["--arms", "1", "4", "--own"]),
-    ("sft_activation", "bench_sft_micro_batches", ["--arms", "4", "4:gelu_new"]),
-    ("sft_dropout", "bench_sft_micro_batches", ["--arms", "4", "4:dropout=0"]),
-    ("sft_move_squares", "bench_sft_micro_batches",
-     ["--steps", "4", "--blocks", "4", "--arms", "4:dropout=0", "4:dropout=0:squares", "--own"]),
     ("resampling_cost", "bench_resampling", []),
     # Vanilla TRL as it scores, with the one correction rookgrpo turns on by default, the recipe without its per-task
     # sampling, and the shipped recipe: all four arms (the saved result has them).
@@ -67,6 +61,11 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
      ["--regime", "env_exact", "--seeds", "3", "--arms", "dapo,passrate-target+resampling"]),
     ("shapes", "bench_shapes", []),
 ]
+# Further runs of a benchmark that has its own section above (other seeds, budgets or arms): the report puts them in
+# an appendix, so that each benchmark reads as one current table.
+APPENDIX = {"selection_env_exact_passrate", "selection_more_seeds", "selection_long", "selection_long_resampling",
+            "selection_long_more_seeds", "selection_target", "selection_target_more_seeds",
+            "selection_env_exact_target"}
 
 
 def _load(name: str):
@@ -123,13 +122,40 @@ def missing_from(commit: str, change: str | None, repo: Path = HERE.parent) -> s
 # shifted positions (docs/dynamics.md), which changes what those runs learned.
 TRAINS_GRPO = {"bench_judge", "bench_precision", "bench_resampling", "bench_selection", "bench_shapes",
                "bench_step_time", "bench_tiny_grpo"}
-POSITIONS_MODULE = "src/rookgrpo/positions.py"
+POSITIONS_MODULE = "src/rookgrpo/positions.py"  # where it was added (it is rookgrpo/dynamics/positions.py now)
 
 
 def positions_fix(repo: Path = HERE.parent) -> str | None:
     """The commit that added position_ids_from_mask; None when git cannot tell."""
     added = _git(repo, "log", "--diff-filter=A", "--format=%h", "--", POSITIONS_MODULE)
     return (added.stdout.strip().splitlines() or [None])[-1] if not added.returncode else None
+
+
+def _section(name: str, script: str, level: str, model_changed: str | None, fix: str | None) -> list[str]:
+    """One result's section of the report: title, description, table, command, where it was measured, and the flags
+    for a packaged model that has changed since or a GRPO run trained before the scoring correction."""
+    result = json.loads((RESULTS / f"{name}.json").read_text())
+    lines = [f"{level} {result['title']}", "", result.get("description", ""), "", result["table"], ""]
+    if result.get("command"):
+        lines += [f"Command: `{result['command']}`", ""]
+    if result.get("measured"):
+        m = result["measured"]
+        lines += [f"Measured at commit `{m['commit']}` on {m['date']} ({m['machine']}).", ""]
+        for part in result.get("added", []):  # arms a later command trained and tabled with these
+            a = part["measured"]
+            lines += [f"Arms {', '.join(f'`{arm}`' for arm in part['arms'])} added by `{part['command']}` at "
+                      f"commit `{a['commit']}` on {a['date']} ({a['machine']}).", ""]
+        changed = (packaged_model_changed_since(m["commit"], last=model_changed)
+                   if model_changed and "tiny-rookworld" in json.dumps(result) else None)
+        if changed:
+            lines += [f"**The packaged chess model has changed since** (commit `{changed}`): every number in this "
+                      f"section describes the model and positions of commit `{m['commit']}`, not the ones "
+                      "packaged now.", ""]
+        if script in TRAINS_GRPO and missing_from(m["commit"], fix):
+            lines += [f"**Trained before commit `{fix}`** (`position_ids_from_mask`): GPT-2 completions of "
+                      "left-padded prompts were scored at shifted positions, as TRL scores them "
+                      "(docs/dynamics.md). The numbers describe that trainer.", ""]
+    return lines
 
 
 def write_report() -> None:
@@ -148,31 +174,15 @@ def write_report() -> None:
     ]
     if not BENCHMARKS:
         lines.append("No benchmarks yet.")
-    for name, script, _ in BENCHMARKS:
-        path = RESULTS / f"{name}.json"
-        if not path.exists():
-            continue
-        result = json.loads(path.read_text())
-        lines += [f"## {result['title']}", "", result.get("description", ""), "", result["table"], ""]
-        if result.get("command"):
-            lines += [f"Command: `{result['command']}`", ""]
-        if result.get("measured"):
-            m = result["measured"]
-            lines += [f"Measured at commit `{m['commit']}` on {m['date']} ({m['machine']}).", ""]
-            for part in result.get("added", []):  # arms a later command trained and tabled with these
-                a = part["measured"]
-                lines += [f"Arms {', '.join(f'`{arm}`' for arm in part['arms'])} added by `{part['command']}` at "
-                          f"commit `{a['commit']}` on {a['date']} ({a['machine']}).", ""]
-            changed = (packaged_model_changed_since(m["commit"], last=model_changed)
-                       if model_changed and "tiny-rookworld" in json.dumps(result) else None)
-            if changed:
-                lines += [f"**The packaged chess model has changed since** (commit `{changed}`): every number in this "
-                          f"section describes the model and positions of commit `{m['commit']}`, not the ones "
-                          "packaged now.", ""]
-            if script in TRAINS_GRPO and missing_from(m["commit"], fix):
-                lines += [f"**Trained before commit `{fix}`** (`position_ids_from_mask`): GPT-2 completions of "
-                          "left-padded prompts were scored at shifted positions, as TRL scores them "
-                          "(docs/dynamics.md). The numbers describe that trainer.", ""]
+    main = [(n, script) for n, script, _ in BENCHMARKS if n not in APPENDIX and (RESULTS / f"{n}.json").exists()]
+    more = [(n, script) for n, script, _ in BENCHMARKS if n in APPENDIX and (RESULTS / f"{n}.json").exists()]
+    for name, script in main:
+        lines += _section(name, script, "##", model_changed, fix)
+    if more:
+        lines += ["## Appendix: further runs", "",
+                  "Runs of the benchmarks above on other seeds, budgets or arms, each with its command.", ""]
+        for name, script in more:
+            lines += _section(name, script, "###", model_changed, fix)
     DOCS.parent.mkdir(exist_ok=True)
     DOCS.write_text("\n".join(lines).rstrip() + "\n")
     print(f"wrote {DOCS}")

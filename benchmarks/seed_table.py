@@ -1,4 +1,4 @@
-"""The README's `make train` tables: several runs' held-out evaluations against one before, as a markdown table.
+"""The README's `make train` table: one or several runs' held-out evaluations against one before, as markdown.
 
 Each run column is the change against ``--before`` with its z (``rookgrpo evaluate --baseline`` computes the same,
 paired by position); the last column is the mean change over the runs ± its standard error over runs (the spread a
@@ -43,9 +43,27 @@ def spread(changes: list[float]) -> tuple[float, float]:
 
 
 def table(before: dict, runs: dict[str, dict]) -> str:
+    """The markdown table: one run gives before, after and the change (z); several add the mean change over runs.
+
+    >>> before = {"best_move_accuracy": 0.25, "per_row": {"best_move_accuracy": [1, 0, 0, 0]}}
+    >>> after = {"best_move_accuracy": 0.5, "per_row": {"best_move_accuracy": [1, 1, 0, 0]}}
+    >>> print(table(before, {"seed 42": after}))
+    | metric | before | after (seed 42) | change (z) |
+    | --- | --- | --- | --- |
+    | best-move accuracy (P:) | 0.250 | 0.500 | +0.250 (1.0) |
+    """
     from rookgrpo.evaluate import paired
 
     names = list(runs)
+    if len(names) == 1:
+        (name,) = names
+        lines = [f"| metric | before | after ({name}) | change (z) |", "| --- | --- | --- | --- |"]
+        for key, label in ROWS:
+            if key in before and key in runs[name]:
+                diff, se, _ = paired(before, runs[name], key)
+                z = f" ({diff / se:.1f})" if se > 0 else ""
+                lines.append(f"| {label} | {before[key]:.3f} | {runs[name][key]:.3f} | {diff:+.3f}{z} |")
+        return "\n".join(lines)
     lines = ["| metric | before | " + " | ".join(names) + f" | mean of {len(names)} runs ({spread_name(len(names))}) |",
              "| --- | --- |" + " --- |" * (len(names) + 1)]
     for key, label in ROWS:
@@ -73,8 +91,6 @@ def main(argv=None) -> int:
         if not sep or not name or not path:
             ap.error(f"--runs: expected NAME=EVAL.json, got {item!r}")
         runs[name] = json.loads(open(path).read())
-    if len(runs) < 2:
-        ap.error("--runs: give at least two runs (one run's change and z is what `rookgrpo evaluate --baseline` prints)")
     print(table(json.loads(open(args.before).read()), runs))
     return 0
 

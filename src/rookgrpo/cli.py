@@ -1,4 +1,4 @@
-"""``rookgrpo`` command line: ``train`` (wraps ``accelerate launch``), ``rewards``, ``data generate``, ``evaluate``, ``plot``.
+"""``rookgrpo`` command line: ``train`` (wraps ``accelerate launch``), ``callbacks``, ``rewards``, ``data generate``, ``evaluate``, ``plot``.
 
 Errors a user can fix (:class:`~rookgrpo.errors.ConfigError`) print one clear line and exit with status 2, with no
 traceback; anything else is a bug and keeps its traceback.
@@ -151,6 +151,18 @@ def _cmd_rewards(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _cmd_callbacks(args: argparse.Namespace, extra: list[str]) -> int:
+    from .callbacks.registry import _lookup, available_callbacks, callback_fields_markdown
+
+    if args.name:
+        print(callback_fields_markdown(args.name))
+        return 0
+    for name in available_callbacks():
+        doc = (_lookup(name).__doc__ or "").strip().splitlines()
+        print(f"{name:24s} {doc[0].replace('``', '') if doc else ''}")
+    return 0
+
+
 def _cmd_rewards_audit(args: argparse.Namespace) -> int:
     import time
 
@@ -265,6 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="also write the full report as JSON here")
     p.add_argument("--groups", type=int, default=4, help="groups to print in full (default 4)")
     p.set_defaults(func=_cmd_inspect, allow_extra=True)
+    p = sub.add_parser("callbacks", help="list the registered callbacks; `callbacks NAME`: its fields, defaults and meaning")
+    p.add_argument("name", nargs="?", default=None, help="a registered callback (e.g. adaptive_beta)")
+    p.set_defaults(func=_cmd_callbacks, allow_extra=False)
     p = sub.add_parser("rewards", help="list the registered reward functions; `rewards audit RECIPE`: degenerate answers")
     p.set_defaults(func=_cmd_rewards, allow_extra=False)
     rewards_sub = p.add_subparsers(dest="rewards_command")

@@ -5,7 +5,7 @@ compute itself (RookWorld's ``A:`` rows: the board, reward and flags after a mov
 wrong answer's right tokens too: a copied board's ranks before the moved piece, which the right answer writes the
 same way. On the packaged chess model, 50 ``A:``-only steps charged like that broke boards on ranks the move does not
 touch (A: exact -0.141, z -2.9); charged only at the first wrong token, A: exact held in those steps (+0.000), and in
-the whole `make train` recipe it fell less but still fell (docs/tiny-model.md, "Where the broken boards break").
+the whole `make train` recipe it fell less but still fell (docs/experiments/2026-11-23-tiny-model-builds.md, "Where the broken boards break").
 
 After resampling, on each training batch, for every row of the listed tasks whose answer is not the reference:
 

@@ -11,6 +11,7 @@ import difflib
 import importlib
 import inspect
 import json
+import re
 from typing import Any
 
 from transformers import TrainerCallback
@@ -109,3 +110,42 @@ def _load_builtin_callbacks() -> None:
 
     for module, _ in BUILTIN_CALLBACKS.values():
         importlib.import_module(f"rookgrpo.callbacks.{module}")
+
+
+def callback_fields(name: str) -> list[tuple[str, str, str]]:
+    """(field, default, meaning) of each argument a registered callback takes, from its signature and the ``Args:``
+    section of its docstring (what ``rookgrpo callbacks NAME`` prints and docs/reference.md tabulates).
+
+    >>> callback_fields("kl_cap")
+    [('max_token_kl', '10.0', 'the largest k3 KL term (exp(r) - r - 1) one token may contribute, in nats; > 0.')]
+    """
+    cls = _lookup(name)
+    doc = inspect.getdoc(cls) or ""
+    meanings: dict[str, str] = {}
+    current = None
+    for line in doc.split("Args:", 1)[1].split("\n\n", 1)[0].splitlines()[1:] if "Args:" in doc else []:
+        entry = re.match(r"    (?:\*\*)?([\w, ]+): (.*)", line)
+        if entry and not line.startswith("        "):
+            current = entry.group(1)
+            meanings[current] = entry.group(2)
+        elif current:
+            meanings[current] += " " + line.strip()
+    rows = []
+    for param in inspect.signature(cls).parameters.values():
+        if param.kind == param.VAR_POSITIONAL:
+            continue
+        key = next((k for k in meanings if param.name in (x.strip() for x in k.split(","))), None)
+        meaning = meanings.get(key, "").replace("``", "") if key else ""
+        if param.kind == param.VAR_KEYWORD:
+            rows.append((f"**{param.name}", "", meaning))
+        else:
+            rows.append((param.name, "required" if param.default is param.empty else repr(param.default), meaning))
+    return rows
+
+
+def callback_fields_markdown(name: str) -> str:
+    """:func:`callback_fields` of ``name`` as a markdown table, headed by its recipe name and class."""
+    rows = [f"### `{name}` (`{_lookup(name).__name__}`)", "", "| field | default | meaning |", "| --- | --- | --- |"]
+    for field, default, meaning in callback_fields(name):
+        rows.append(f"| `{field}` | {f'`{default}`' if default else ''} | {meaning.replace('|', chr(92) + '|')} |")
+    return "\n".join(rows)

@@ -2,7 +2,7 @@
 not pay for.
 
 GRPO's updates move shared weights. On the embedded default, P: (pick a move) updates alone make the model write
-broken boards on the A: task (a rank a square short), which no P: reward sees (docs/tiny-model.md). The anchor is
+broken boards on the A: task (a rank a square short), which no P: reward sees (docs/experiments/2026-11-23-tiny-model-builds.md). The anchor is
 InstructGPT's "PPO-ptx" remedy for such regressions: each training loss gets ``coef`` times the mean negative
 log-likelihood per token of a few reference completions (prompt given, the completion and EOS scored, as SFT scores
 them), drawn in a fixed shuffled order from ``data``:

@@ -29,7 +29,7 @@ rows whose move is legal and rows whose move is illegal:
 - ``ranks run together``: the exact answer with the placement's first ``/`` left out (seven ranks, not a FEN; read
   square by square it is the right board);
 - ``one rank a square short``: the exact answer with the last square of black's second rank left out (``8``
-  becomes ``7``): the broken board GRPO on the packaged model wrote most (docs/tiny-model.md).
+  becomes ``7``): the broken board GRPO on the packaged model wrote most (docs/experiments/2026-11-23-tiny-model-builds.md).
 """
 
 from __future__ import annotations

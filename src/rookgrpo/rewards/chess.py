@@ -629,7 +629,7 @@ class ChessEnvBoard(ChessReward):
 
     ``chess_env`` pays a broken board (a rank a square short or long, ranks run together, junk) and a copy of the
     input board both 0 on a legal move, so GRPO's updates, from either task, can trade copies and right answers for
-    broken boards and nothing pulls back (docs/tiny-model.md). Next to ``chess_env`` this ranks a broken board below
+    broken boards and nothing pulls back (docs/experiments/2026-11-23-tiny-model-builds.md). Next to ``chess_env`` this ranks a broken board below
     a copy. It pays nothing a board earns, so no answer gains from it: a copy still earns 0 and the exact answer 1.0
     in the sum. In a group of copies and broken boards alone, group normalisation makes it the whole signal and the
     copies the best answers there; ``rookgrpo rewards audit`` shows the sums. A prompt with an unreadable FEN earns
