@@ -132,7 +132,7 @@ def make_data(args, work: Path) -> dict[str, list[str]]:
     The game generator replays openings, so a line can be generated more than once: the held-out splits keep one
     copy of each line (their quotas count distinct lines), the SFT split every copy.
     """
-    from rookgrpo.chess.data import generate, write_lines
+    from rookgrpo.chess.data import generate, position_key, write_lines
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.chess.formats import COMPACT
 
@@ -150,14 +150,11 @@ def make_data(args, work: Path) -> dict[str, list[str]]:
     # Split by the position a line is about (P: its FEN, A: the FEN before the move), so no held-out position is
     # ever seen in SFT. Positions are shuffled with the seed and fill the eval split, then the GRPO split, each up to
     # its line count with a fixed A: share (HELD_OUT_A_SHARE, whatever --a_share the SFT mix has); the rest is SFT.
-    def key(line: str) -> str:
-        return line[3:].split(" M:")[0].split("+")[0].strip()
-
-    positions = sorted({key(line) for line in lines})
+    positions = sorted({position_key(line) for line in lines})
     random.Random(args.seed).shuffle(positions)
     by_pos: dict[str, list[str]] = {}
     for line in lines:
-        by_pos.setdefault(key(line), []).append(line)
+        by_pos.setdefault(position_key(line), []).append(line)
     quota = {name: {"A": round(n * HELD_OUT_A_SHARE), "P": n - round(n * HELD_OUT_A_SHARE)}
              for name, n in (("eval", args.n_eval), ("grpo", args.n_grpo))}
     splits: dict[str, list[str]] = {"eval": [], "grpo": [], "sft": []}

@@ -27,9 +27,11 @@ def test_heldout_metrics_are_logged_at_step_0_and_every_n_steps(tmp_path, genera
     assert [h["step"] for h in entries] == [0, 2, 4]
     for h in entries:
         for key in ("heldout/top5_accuracy", "heldout/legal_move_rate", "heldout/format_rate",
-                    "heldout/env_exact_accuracy", "heldout/env_copied_rate", "heldout/env_broken_rate",
-                    "timing/heldout"):
+                    "heldout/move_rank_reward", "heldout/env_exact_accuracy", "heldout/env_copied_rate",
+                    "heldout/env_broken_rate", "timing/heldout"):
             assert key in h and h[key] >= 0, key
+        assert h["heldout/nll_P"] > 0 and h["heldout/nll_A"] > 0  # a random model: far from the references
+
     assert "loss" in entries[1]  # in the same entry as that step's training metrics
 
 
@@ -68,3 +70,39 @@ def test_the_subset_holds_each_prompt_once(tmp_path, generated_lines):
     in_file = [r["prompt"] for r in load_rookworld(data) if r["task"] == "A"]
     assert in_file[:3] == [in_file[0]] * 3  # the copies come first in the file
     assert env == list(dict.fromkeys(in_file))[:3]
+
+
+def test_reference_nll_is_the_teacher_forced_loss_of_the_answer(tmp_path):
+    """Per row: the mean NLL of the completion's tokens and the end-of-text token after the prompt, as a plain
+    forward of prompt + completion computes it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rookgrpo.assets import resolve_model
+    from rookgrpo.evaluate import reference_nll
+
+    path = resolve_model("rookgrpo/tiny-rookworld")
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
+    prompts = ["P: 4k3/8/8/8/8/8/4P3/4K3 w - - 0 1", "A: 4k3/8/8/8/8/8/4P3/4K3 w - - 0 1+e2e4+e2e4+"]
+    answers = [" M: e2e4 e1d1 E: 0.1 0.0 B: e2e4", "4k3/8/8/8/4P3/8/8/4K3 b - - 0 1+0.001+0+0"]
+    got = reference_nll(model, tok, prompts, answers, batch_size=2)
+    for prompt, answer, value in zip(prompts, answers, got):
+        p = tok(prompt, add_special_tokens=False)["input_ids"]
+        c = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1:-1]
+        expected = torch.nn.functional.cross_entropy(logits, torch.tensor(c)).item()
+        assert abs(value - expected) < 1e-4, (value, expected)
+
+
+def test_headroom_reports_greedy_against_sampled_pass_at_k(engine_settings):
+    from rookgrpo.evaluate import format_headroom, headroom
+
+    result = headroom("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", samples=4, n=24,
+                      temperatures={"P": 0.5, "A": 0.6}, settings=engine_settings, progress=False)
+    for name in ("best_move_accuracy", "top5_accuracy", "legal_move_rate", "format_rate"):
+        sampled = result["sampled"][name]
+        assert 0 <= sampled["pass@1"] <= sampled["pass@2"] <= sampled["pass@4"] <= 1, (name, sampled)
+    assert result["sampled"]["legal_move_rate"]["pass@4"] > result["sampled"]["legal_move_rate"]["pass@1"]
+    table = format_headroom(result)
+    assert "pass@4" in table and "P: T=0.5, A: T=0.6" in table

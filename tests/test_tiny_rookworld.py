@@ -36,6 +36,24 @@ def test_train_and_eval_positions_are_disjoint_and_cover_both_tasks():
     assert not positions(train) & positions(held_out)
 
 
+def test_the_guard_panel_is_carved_from_the_grpo_positions_by_whole_positions():
+    """rookgrpo/tiny-rookworld-val (what chess_eval and heldout_guard select on) and -grpo (what the recipe trains on)
+    split the GRPO positions: together all of them, no position in both, none in the reported panel (-eval)."""
+    from collections import Counter
+
+    from rookgrpo.chess.data import load_rookworld, position_key
+
+    train, val, grpo, held_out = (load_rookworld(f"rookgrpo/tiny-rookworld-{name}")
+                                  for name in ("train", "val", "grpo", "eval"))
+    assert Counter(val["task"]) == {"P": 96, "A": 32}
+    assert sorted(list(val["prompt"]) + list(grpo["prompt"])) == sorted(train["prompt"])
+
+    def positions(rows):
+        return {position_key(p) for p in rows["prompt"]}
+
+    assert not positions(val) & positions(grpo) and not positions(val) & positions(held_out)
+
+
 def test_the_packaged_model_knows_the_format(engine_settings):
     from rookgrpo.evaluate import evaluate
 

@@ -240,6 +240,9 @@ def _cmd_data_generate(args: argparse.Namespace, extra: list[str]) -> int:
 def _cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     from .evaluate import evaluate, format_table, write_json
 
+    if args.samples:
+        return _cmd_headroom(args)
+
     metrics = evaluate(args.model, args.data, n=args.n, batch_size=args.batch_size,
                        max_new_tokens=args.max_new_tokens, settings=_engine_settings(args),
                        temperature=args.temperature, seed=args.seed)
@@ -257,6 +260,35 @@ def _cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     out = args.out or str(Path(args.model if Path(args.model).is_dir() else ".") / "eval.json")
     write_json(metrics, out)
     print(f"wrote {out}")
+    return 0
+
+
+def _parse_task_temperatures(items: list[str] | None) -> dict[str, float]:
+    out = {}
+    for item in items or ():
+        task, sep, value = item.partition("=")
+        try:
+            out[task] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not task:
+            raise ConfigError(f"--task-temperature: expected TASK=T (e.g. P=0.5 A=0.6), got {item!r}.")
+    return out
+
+
+def _cmd_headroom(args: argparse.Namespace) -> int:
+    from .evaluate import format_headroom, headroom, write_json
+
+    temps = _parse_task_temperatures(args.task_temperature)
+    if args.temperature:
+        temps = {"P": args.temperature, "A": args.temperature, **temps}
+    result = headroom(args.model, args.data, samples=args.samples, temperatures=temps, n=args.n,
+                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, settings=_engine_settings(args),
+                      seed=args.seed)
+    print(format_headroom(result))
+    if args.out:
+        write_json(result, args.out)
+        print(f"wrote {args.out}")
     return 0
 
 
@@ -316,7 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="JSON output (default MODEL/eval.json or ./eval.json)")
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 (default): greedy; > 0: sample at this temperature (no top-k/top-p), seeded by --seed")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature or --samples)")
+    p.add_argument("--samples", type=int, default=0,
+                   help="headroom: also sample K completions per prompt and print greedy pass@1 against sampled pass@1 "
+                        "and pass@k per task (what GRPO can sharpen)")
+    p.add_argument("--task-temperature", nargs="*", default=None, metavar="TASK=T",
+                   help="with --samples: each task's sampling temperature, e.g. P=0.5 A=0.6 (a recipe's "
+                        "task_generation_kwargs); default --temperature, else 1.0")
     p.add_argument("--baseline", default=None,
                    help="an earlier evaluation's JSON (or a model's build_info.json): also print before → after")
     _add_engine_args(p)

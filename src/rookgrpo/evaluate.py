@@ -80,6 +80,36 @@ def complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batc
     return out
 
 
+def reference_nll(model, tokenizer, prompts: Sequence[str], completions: Sequence[str], batch_size: int = 64) -> list[float]:
+    """Teacher-forced negative log-likelihood of each reference ``completion`` after its prompt, in nats per completion
+    token (the end-of-text token included when the tokenizer has one), by a loaded ``model`` as it is.
+
+    Why: it moves before greedy accuracy does. A policy that pushes down the tokens of right answers (the "likelihood
+    displacement" of negative-gradient updates) raises it while its greedy answers still look the same. It needs no
+    sampling and no engine, so it is cheap to log during training.
+    """
+    import torch
+
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+    out: list[float] = []
+    for start in range(0, len(prompts), batch_size):
+        p_ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[start: start + batch_size]]
+        c_ids = [tokenizer(c, add_special_tokens=False)["input_ids"] + eos
+                 for c in completions[start: start + batch_size]]
+        rows = [p + c for p, c in zip(p_ids, c_ids)]
+        width = max(map(len, rows))
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=model.device)
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=model.device)
+        with torch.inference_mode():
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+        for b, (p, c) in enumerate(zip(p_ids, c_ids)):
+            span = logp[b, len(p) - 1: len(p) - 1 + len(c)]  # position t predicts token t + 1
+            out.append(float(-span.mean()) if len(c) else float("nan"))
+    return out
+
+
 def mean_se(values: Sequence[float], clusters: Sequence[Hashable] | None = None) -> tuple[float, float]:
     """Mean and its standard error over ``values`` (NaN entries skipped); NaNs when nothing is left.
 
@@ -187,12 +217,111 @@ def evaluate(model: str, data: str, n: int | None = None, batch_size: int = 32, 
         max_new_tokens = int(longest * 1.25) + 4
     completions = generate_completions(model, rows["prompt"], max_new_tokens, batch_size, progress, temperature, seed)
     metrics = score(rows["prompt"], completions, rows["task"], settings)
+    add_reference_nll(metrics, model, rows["prompt"], rows["completion"], rows["task"], batch_size)
     metrics.update(model=model, data=str(data), max_new_tokens=max_new_tokens, engine_depth=settings.depth,
                    engine_nodes=settings.nodes, temperature=temperature, seed=seed)
     metrics["samples"] = [
         {"prompt": p, "completion": c} for p, c in list(zip(rows["prompt"], completions))[:5]
     ]
     return metrics
+
+
+# What a sample passes, per task, for headroom(): a P: answer's best move, its move in the engine's top 5, a legal move,
+# a well-formed line; an A: answer's exact next state.
+HEADROOM_METRICS = {"P": ("best_move_accuracy", "top5_accuracy", "legal_move_rate", "format_rate"),
+                    "A": ("env_exact_accuracy",)}
+
+
+def headroom(model: str, data: str, samples: int = 8, temperatures: dict[str, float] | None = None,
+             n: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
+             settings: EngineSettings = EngineSettings(), progress: bool = True, seed: int = 0) -> dict[str, Any]:
+    """What GRPO can sharpen: per task and metric, greedy pass@1 against pass@1 and pass@k of ``samples`` completions
+    sampled at the task's temperature (``temperatures``, e.g. the recipe's ``task_generation_kwargs``; 1.0 where a
+    task has none), on the prompts of ``data``.
+
+    pass@k is the share of prompts with at least one passing sample among ``k``; with ``samples`` draws it is the
+    unbiased estimator ``1 - C(n - c, k) / C(n, k)`` for every k up to ``samples`` (``n`` draws, ``c`` passing).
+    A metric whose pass@k is far above greedy pass@1 has answers the policy samples but does not choose: sharpening
+    can raise it. One whose pass@k is near greedy has little there for GRPO to find.
+    """
+    if samples < 1:
+        raise ConfigError(f"--samples: expected at least 1, got {samples}.")
+    from .chess.data import load_rookworld
+
+    rows = load_rookworld(data)
+    if n is not None:
+        rows = rows.select(range(min(n, len(rows))))
+    greedy = evaluate(model, data, n=n, batch_size=batch_size, max_new_tokens=max_new_tokens, settings=settings,
+                      progress=progress)
+    temperatures = {"P": 1.0, "A": 1.0, **(temperatures or {})}
+    out: dict[str, Any] = {"samples": samples, "temperatures": temperatures, "greedy": {}, "sampled": {}}
+    for task, names in HEADROOM_METRICS.items():
+        idx = [i for i, t in enumerate(rows["task"]) if t == task]
+        if not idx:
+            continue
+        prompts = [rows["prompt"][i] for i in idx]
+        # One seeded call for all draws: every copy of a prompt is sampled independently.
+        flat = generate_completions(model, prompts * samples, greedy["max_new_tokens"], batch_size, progress,
+                                    temperatures[task], seed)
+        rows_passed = score(prompts * samples, flat, [task] * len(flat), settings)["per_row"]
+        for name in names:
+            passes = [[rows_passed[name][k * len(prompts) + j] for k in range(samples)] for j in range(len(prompts))]
+            sampled = {"pass@1": sum(map(sum, passes)) / (samples * len(prompts))}
+            for k in (2, 4, 8, 16, 32):
+                if k <= samples:
+                    sampled[f"pass@{k}"] = sum(pass_at_k(samples, int(sum(p)), k) for p in passes) / len(passes)
+            out["greedy"][name] = greedy[name]
+            out["sampled"][name] = sampled
+    return out
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of ``c`` passing samples among ``n`` (Chen et al. 2021).
+
+    >>> pass_at_k(8, 0, 4), pass_at_k(8, 8, 1), round(pass_at_k(8, 1, 4), 3)
+    (0.0, 1.0, 0.5)
+    """
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def format_headroom(result: dict[str, Any]) -> str:
+    """The table :func:`headroom` returns, one line per metric."""
+    ks = [k for k in (1, 2, 4, 8, 16, 32) if k <= result["samples"]]
+    head = f"{'metric':24s} {'greedy':>8s} " + " ".join(f"{f'pass@{k}':>8s}" for k in ks)
+    lines = [head, "-" * len(head)]
+    for name, value in result["greedy"].items():
+        sampled = result["sampled"][name]
+        lines.append(f"{name:24s} {value:8.3f} " + " ".join(f"{sampled[f'pass@{k}']:8.3f}" for k in ks))
+    temps = ", ".join(f"{t}: T={v:g}" for t, v in result["temperatures"].items())
+    lines.append(f"({result['samples']} samples per prompt; {temps})")
+    return "\n".join(lines)
+
+
+def add_reference_nll(metrics: dict[str, Any], model: Any, prompts: Sequence[str], references: Sequence[str],
+                      tasks: Sequence[str], batch_size: int = 64, tokenizer: Any = None) -> None:
+    """Add ``nll_P`` and ``nll_A`` (:func:`reference_nll` of the rows' reference completions, per task, with standard
+    errors and per-row values) to ``metrics``; ``model`` is a loaded model (with ``tokenizer``) or a path."""
+    if tokenizer is None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from .assets import resolve_model
+
+        path = resolve_model(model)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path).eval()
+    for task in ("P", "A"):
+        idx = [i for i, t in enumerate(tasks) if t == task]
+        if not idx:
+            continue
+        values = reference_nll(model, tokenizer, [prompts[i] for i in idx], [references[i] for i in idx], batch_size)
+        clusters = prompt_clusters([prompts[i] for i in idx])
+        name = f"nll_{task}"
+        metrics[name], metrics[f"{name}_se"] = mean_se(values, clusters)
+        if "per_row" in metrics:
+            metrics["per_row"][name] = values
+            metrics["per_row_cluster"][name] = clusters
 
 
 METRIC_ROWS = [
@@ -207,6 +336,8 @@ METRIC_ROWS = [
     ("env_reward", "A: mean environment reward"),
     ("env_copied_rate", "A: input board copied (move not made)"),
     ("env_broken_rate", "A: board not 8 ranks of 8 squares"),
+    ("nll_P", "P: reference answer NLL (nats/token)"),
+    ("nll_A", "A: reference answer NLL (nats/token)"),
 ]
 
 

@@ -320,6 +320,8 @@ class RookGRPOTrainer(GRPOTrainer):
             folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             with open(os.path.join(folder, self.CALLBACK_STATE_FILE), "w") as fh:
                 json.dump({cb.state_key: cb.state_dict() for cb in callbacks}, fh)
+            for callback in callbacks:
+                callback.save_files(folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         """On resume, restore rookgrpo's controller state from the checkpoint (TRL's own hook for this)."""
@@ -331,6 +333,7 @@ class RookGRPOTrainer(GRPOTrainer):
             for callback in self._rook_callbacks():
                 if callback.state_key in states:
                     callback.load_state_dict(states[callback.state_key])
+                    callback.load_files(checkpoint)
 
 
 @dataclass

@@ -76,6 +76,24 @@ DATASETS = {
 }
 
 
+# The guard's validation panel: whole positions taken from the end of the GRPO positions (96 P: and 32 A: lines, the
+# held-out panels' A: share), so a checkpoint is chosen on positions that are neither trained on nor reported.
+VAL_POLICY, VAL_ENV = 96, 32
+
+
+def _grpo_positions(part: str):
+    def build():
+        from datasets import Dataset
+
+        from ..chess.data import split_by_position
+
+        lines = DATASETS["tiny-rookworld-train"].read_text().splitlines()
+        rest, val = split_by_position(lines, VAL_POLICY, VAL_ENV)
+        return Dataset.from_dict({"text": val if part == "val" else rest})
+
+    return build
+
+
 def _fill_in_rows():
     from datasets import Dataset
 
@@ -87,6 +105,10 @@ def _fill_in_rows():
 # name → builder returning a datasets.Dataset (data that ships inside a dependency, e.g. HumanEval, or generated).
 DATASET_BUILDERS = {
     "fill-in-prompts": _fill_in_rows,
+    # The GRPO positions split for a run with a held-out guard: it trains on -grpo and selects checkpoints on -val;
+    # -eval, the reported panel, is disjoint from both.
+    "tiny-rookworld-grpo": _grpo_positions("grpo"),
+    "tiny-rookworld-val": _grpo_positions("val"),
     "humaneval": _code_rows("humaneval", chat=False),
     "humaneval-chat": _code_rows("humaneval", chat=True),
     "code-builtin": _code_rows("builtin", chat=False),

@@ -6,9 +6,11 @@ behind them is in :mod:`rookgrpo.dynamics`. The hooks a callback may implement a
 
 from .. import BUILTIN_CALLBACKS
 from .adaptive_beta import AdaptiveBeta
+from .advantage_weights import AdvantageWeights
 from .base import HOOKS, RookCallback
 from .chess_eval import ChessEval
 from .diagnostics import Diagnostics
+from .heldout_guard import HeldoutGuard
 from .kl_cap import KLCap
 from .reference_credit import ReferenceCredit
 from .selection import PromptSelection

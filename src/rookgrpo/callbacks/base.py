@@ -30,7 +30,8 @@ class RookCallback(TrainerCallback):
     - :meth:`bind` once the trainer is built, or when the callback is added later with ``trainer.add_callback``:
       validate the trainer's config (raise :class:`~rookgrpo.errors.ConfigError`) and keep the trainer.
     - :meth:`state_dict` / :meth:`load_state_dict`: saved under :attr:`state_key` in every checkpoint and restored on
-      ``resume_from_checkpoint``, so a controller continues where it stopped.
+      ``resume_from_checkpoint``, so a controller continues where it stopped; :meth:`save_files` /
+      :meth:`load_files` for state that is no JSON (tensors), in the checkpoint's folder.
 
     Hooks (called only where a subclass overrides them, see :data:`HOOKS`):
 
@@ -67,8 +68,9 @@ class RookCallback(TrainerCallback):
     #: ``on_scored_batch`` replaces rows of the batch (resampling): it runs before the callbacks that only observe it,
     #: whatever the listed order, so observers see the batch that is optimised.
     changes_batch: bool = False
-    #: ``on_scored_batch`` changes which tokens the loss counts (``reference_credit``): it runs on the final rows,
-    #: after the row-replacing hooks and before the observers.
+    #: ``on_scored_batch`` changes what the loss reads of the rows, which tokens count or their advantages
+    #: (``reference_credit``, ``advantage_weights``): it runs on the final rows, after the row-replacing hooks and
+    #: before the observers, in the listed order.
     changes_mask: bool = False
     #: The trainer adds a column numbering the training rows (``rookgrpo.callbacks.selection.PROMPT_ID_COLUMN``)
     #: before building, for callbacks that keep a history per prompt.
@@ -92,6 +94,12 @@ class RookCallback(TrainerCallback):
 
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` returned, on ``resume_from_checkpoint``."""
+
+    def save_files(self, folder: str) -> None:
+        """Write state that is no JSON (tensors) into a checkpoint's ``folder``, on the process that saves it."""
+
+    def load_files(self, folder: str) -> None:
+        """Read what :meth:`save_files` wrote, on every process, on ``resume_from_checkpoint``."""
 
     # ---- optional hooks (the trainer calls them only where overridden) ---------------------------------------------
 

@@ -6,11 +6,15 @@ greedily and the completions are scored by the evaluation code of ``rookgrpo eva
 settings as training). Logged in the same log entry as that step's training metrics (the one before training as its
 own entry at step 0), under ``heldout/``:
 
-- ``P:`` rows: ``best_move_accuracy``, ``top5_accuracy``, ``legal_move_rate``, ``format_rate``, ``top_move_share``
-  (the most frequent B: move's share: a policy collapsing onto one move shows there first);
+- ``P:`` rows: ``best_move_accuracy``, ``top5_accuracy``, ``legal_move_rate``, ``format_rate``, ``move_rank_reward``
+  (the mean ``chess_move_rank`` of the greedy answers), ``top_move_share`` (the most frequent B: move's share: a policy
+  collapsing onto one move shows there first);
 - ``A:`` rows: ``env_exact_accuracy``, and the two errors ``chess_env`` pays alike, ``env_copied_rate`` (the input
   board again) and ``env_broken_rate`` (a placement that is not a board): a run trading copies for broken boards
-  shows there.
+  shows there;
+- both: ``nll_P`` and ``nll_A``, the teacher-forced NLL of the rows' reference answers in nats per token
+  (:func:`rookgrpo.evaluate.reference_nll`). It needs no sampling and moves before greedy accuracy does: a policy
+  whose updates push down the tokens of right answers shows it here first.
 
 Greedy decoding draws no random numbers and the engine clears its hash before every search, so turning the callback
 on does not change the training run, only its time (``timing/heldout``: seconds per evaluation).
@@ -24,8 +28,8 @@ from ..errors import ConfigError
 from .base import RookCallback
 from .registry import register_callback
 
-LOGGED = ("best_move_accuracy", "top5_accuracy", "legal_move_rate", "format_rate", "top_move_share",
-          "env_exact_accuracy", "env_copied_rate", "env_broken_rate")
+LOGGED = ("best_move_accuracy", "top5_accuracy", "legal_move_rate", "format_rate", "move_rank_reward", "top_move_share",
+          "env_exact_accuracy", "env_copied_rate", "env_broken_rate", "nll_P", "nll_A")
 
 
 @register_callback("chess_eval")
@@ -35,7 +39,9 @@ class ChessEval(RookCallback):
     Args:
         data: RookWorld lines (a packaged name, file or hub id); the first ``n_policy`` distinct ``P:`` and
             ``n_env`` distinct ``A:`` prompts are the fixed subset (greedy decoding answers copies of a prompt alike,
-            so a copy would only weigh one position more).
+            so a copy would only weigh one position more). The default is the packaged model's validation panel,
+            disjoint from the GRPO positions a run with ``rookgrpo/tiny-rookworld-grpo`` trains on and from the
+            panel ``rookgrpo evaluate`` reports on (``rookgrpo/tiny-rookworld-eval``).
         every: steps between evaluations; a multiple of ``logging_steps`` so each lands in a logged step.
         n_policy, n_env: how many distinct ``P:`` and ``A:`` prompts the subset holds.
         batch_size: prompts per greedy generation call.
@@ -45,13 +51,13 @@ class ChessEval(RookCallback):
 
         >>> from rookgrpo.callbacks import resolve_callback
         >>> cb = resolve_callback({"chess_eval": {"every": 40, "n_policy": 32}})
-        >>> type(cb).__name__, cb.every, cb.n_policy, cb.n_env
-        ('ChessEval', 40, 32, 32)
+        >>> type(cb).__name__, cb.data, cb.every, cb.n_policy, cb.n_env
+        ('ChessEval', 'rookgrpo/tiny-rookworld-val', 40, 32, 32)
     """
 
     state_key = "chess_eval"
 
-    def __init__(self, data: str = "rookgrpo/tiny-rookworld-eval", n_policy: int = 64, n_env: int = 32,
+    def __init__(self, data: str = "rookgrpo/tiny-rookworld-val", n_policy: int = 96, n_env: int = 32,
                  every: int = 20, batch_size: int = 64, max_new_tokens: int | None = None):
         if int(every) < 1:
             raise ConfigError(f"chess_eval: every must be >= 1, got {every}.")
@@ -82,18 +88,20 @@ class ChessEval(RookCallback):
         self.settings = EngineSettings().with_args(trainer.args)  # the training rewards' settings, as they are
 
     def evaluate(self) -> dict[str, float]:
-        from ..evaluate import complete, score
+        from ..evaluate import add_reference_nll, complete, score
 
         trainer = self.trainer
         model = trainer.accelerator.unwrap_model(trainer.model)
         was_training = model.training
         model.eval()
+        prompts, tasks = [r["prompt"] for r in self.rows], [r["task"] for r in self.rows]
         try:
-            completions = complete(model, trainer.processing_class, [r["prompt"] for r in self.rows],
-                                   self.max_new_tokens, self.batch_size)
+            completions = complete(model, trainer.processing_class, prompts, self.max_new_tokens, self.batch_size)
+            metrics = score(prompts, completions, tasks, self.settings)
+            add_reference_nll(metrics, model, prompts, [r["completion"] for r in self.rows], tasks, self.batch_size,
+                              tokenizer=trainer.processing_class)
         finally:
             model.train(was_training)
-        metrics = score([r["prompt"] for r in self.rows], completions, [r["task"] for r in self.rows], self.settings)
         return {f"heldout/{k}": float(metrics[k]) for k in LOGGED if k in metrics}
 
     def _timed(self) -> dict[str, float]:

@@ -108,6 +108,44 @@ def prepare_rookworld(dataset: Any, tasks: Sequence[str] | None = None, text_col
     return converted
 
 
+def position_key(line: str) -> str:
+    """The position a RookWorld line is about: a P: line's FEN, an A: line's FEN before the move. Splits keep every
+    line of one position together, so no held-out position is ever trained on.
+
+    >>> position_key("P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1a2 E: 0.0 B: a1a2")
+    '8/8/8/8/8/8/8/K6k w - - 0 1'
+    >>> position_key("A: 8/8/8/8/8/8/8/K6k w - - 0 1+a1a2+a1a2+8/8/8/8/8/8/K7/7k b - - 1 1+0.001+0+0")
+    '8/8/8/8/8/8/8/K6k w - - 0 1'
+    """
+    return line[3:].split(" M:")[0].split("+")[0].strip()
+
+
+def split_by_position(lines: Sequence[str], n_policy: int, n_env: int) -> tuple[list[str], list[str]]:
+    """(rest, held) of ``lines``: ``held`` takes whole positions from the end of ``lines`` backwards while they fit
+    in ``n_policy`` P: and ``n_env`` A: lines; ``rest`` keeps the others, both in file order.
+
+    >>> lines = ["P: a M: x", "A: a+m+h+b+0+0+0", "P: b M: x", "A: c+m+h+d+0+0+0", "P: e M: x"]
+    >>> split_by_position(lines, n_policy=1, n_env=1)
+    (['P: a M: x', 'A: a+m+h+b+0+0+0', 'P: b M: x'], ['A: c+m+h+d+0+0+0', 'P: e M: x'])
+    """
+    by_pos: dict[str, list[int]] = {}
+    for i, line in enumerate(lines):
+        by_pos.setdefault(position_key(line), []).append(i)
+    quota = {"P": n_policy, "A": n_env}
+    held: set[int] = set()
+    for pos in sorted(by_pos, key=lambda p: -max(by_pos[p])):
+        need = {"P": 0, "A": 0}
+        for i in by_pos[pos]:
+            need["P" if lines[i].startswith("P:") else "A"] += 1
+        if all(need[t] <= quota[t] for t in need):
+            held.update(by_pos[pos])
+            for t in need:
+                quota[t] -= need[t]
+        if not any(quota.values()):
+            break
+    return [x for i, x in enumerate(lines) if i not in held], [x for i, x in enumerate(lines) if i in held]
+
+
 def load_rookworld(name_or_path: str = ROOKWORLD_HUB_ID, split: str = "train", tasks: Sequence[str] | None = None,
                    config_name: str | None = None) -> Any:
     """Load RookWorld-format data (hub id or local file/directory) as prompt/completion rows."""
