@@ -21,9 +21,15 @@ with the same seed (paired). The A: groups' zero-std share is measured on the re
 A: completions is flat when its weighted A: rewards (``chess_env``, plus ``chess_env_board`` where the recipe has
 it) have zero spread (TRL's ``isclose(std, 0)``); "before" counts the first generation of each step, "after" the
 groups the loss optimised (after resampling; vanilla keeps them all).
-The held-out callback (``chess_eval``) is left out of every arm: it does not change training, only the time.
+The held-out callback (``chess_eval``) is left out of every arm (it does not change training, only the time), and so
+is the guard that selects a checkpoint on it: an arm is judged by its last step's weights.
 
     python benchmarks/bench_tiny_grpo.py [--steps 100] [--seeds 1 2 3 4 5] [--arms vanilla rookgrpo ...]
+    python benchmarks/bench_tiny_grpo.py --steps 200 --train_panel --arms vanilla rookgrpo lr1e-5-cosine ... \
+        --out benchmarks/results/grpo_grid.json     (the grid of docs/experiments/2026-11-27-grpo-grid-plan.md)
+
+With ``--out``, each finished run is also written to ``OUT.partial``; the same command run again (same steps, same
+start) skips the runs it holds, so a grid can run over several sessions.
     python benchmarks/bench_tiny_grpo.py --from_result benchmarks/results/tiny_grpo_quality.json --out ...   (re-table)
     python benchmarks/bench_tiny_grpo.py --add_to RESULT --arms rookgrpo_one_temperature --out ...   (one more arm)
 
@@ -50,15 +56,49 @@ from common import STARTED_AT, finish  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
-ARMS = ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature")
+# Each arm: how it differs from the shipped recipe. ``set`` overrides recipe fields, ``drop`` removes recipe keys,
+# ``callbacks`` adds recipe callback entries, ``remove`` drops the recipe's callbacks of those names, ``weights`` sets
+# every reward weight (0: no reward signal). The two vanilla arms train TRL's GRPOTrainer on the recipe's fields.
+ANCHOR = {"name": "sft_anchor", "data": "rookgrpo/tiny-rookworld-grpo", "tasks": ["A"], "batch_size": 16}
+ARM_SPECS: dict[str, dict] = {
+    "vanilla": {},
+    "vanilla_positions": {},
+    "rookgrpo": {},
+    "rookgrpo_one_temperature": {"drop": ["task_generation_kwargs"]},
+    "lr5e-5-cosine": {"set": {"learning_rate": 5e-5, "lr_scheduler_type": "cosine"}},
+    "lr1e-5-cosine": {"set": {"learning_rate": 1e-5, "lr_scheduler_type": "cosine"}},
+    "lr2e-6-cosine": {"set": {"learning_rate": 2e-6, "lr_scheduler_type": "cosine"}},
+    "scale-none": {"set": {"scale_rewards": "none"}},
+    "dr-grpo": {"set": {"loss_type": "dr_grpo"}},
+    "entropy-0.2": {"set": {"top_entropy_quantile": 0.2}},
+    "reference-credit": {"callbacks": [{"name": "reference_credit", "tasks": ["A"]}]},
+    "negative-A-0.25": {"callbacks": [{"name": "advantage_weights", "negative": {"A": 0.25}}]},
+    "anchor-0.1": {"callbacks": [{**ANCHOR, "coef": 0.1}]},
+    "anchor-0.3": {"callbacks": [{**ANCHOR, "coef": 0.3}]},
+    # The anchor's data and steps with no reward signal: what supervised steps alone give (no resampling, since
+    # every group is flat).
+    "sft-only": {"callbacks": [{**ANCHOR, "coef": 0.3}], "weights": 0.0, "remove": ["zero_std_resampling"]},
+}
+ARMS = tuple(ARM_SPECS)
 VANILLA_ARMS = ("vanilla", "vanilla_positions")  # TRL's GRPOTrainer: no resampling, so budget and flat share are fixed
 ARM_TEXT = {
     "vanilla": "TRL's `GRPOTrainer` as it is (on GPT-2 it scores left-padded completions at shifted positions)",
     "vanilla_positions": "vanilla with rookgrpo's `position_ids_from_mask` hook, its one default-on correction",
     "rookgrpo": "`RookGRPOTrainer` with the recipe as shipped (resampling, adaptive beta, per-task sampling)",
     "rookgrpo_one_temperature": "the recipe without `task_generation_kwargs` (vanilla's sampling)",
+    "lr5e-5-cosine": "the recipe at learning rate 5e-5, cosine decay",
+    "lr1e-5-cosine": "the recipe at learning rate 1e-5, cosine decay",
+    "lr2e-6-cosine": "the recipe at learning rate 2e-6, cosine decay",
+    "scale-none": "the recipe with `scale_rewards: none`",
+    "dr-grpo": "the recipe with `loss_type: dr_grpo`",
+    "entropy-0.2": "the recipe with `top_entropy_quantile: 0.2`",
+    "reference-credit": "the recipe plus `reference_credit` on A:",
+    "negative-A-0.25": "the recipe plus `advantage_weights` with A:'s negative advantages times 0.25",
+    "anchor-0.1": "the recipe plus `sft_anchor` (A: lines, 16 per loss) at coef 0.1",
+    "anchor-0.3": "the recipe plus `sft_anchor` (A: lines, 16 per loss) at coef 0.3",
+    "sft-only": "`sft_anchor` at coef 0.3 with every reward weighted 0 and no resampling (supervised steps alone)",
 }
-METRICS = [("best_move_accuracy", "best move"), ("top5_accuracy", "top-5"), ("legal_move_rate", "legal"),
+METRICS = [("move_rank_reward", "move-rank reward"), ("best_move_accuracy", "best move"), ("top5_accuracy", "top-5"), ("legal_move_rate", "legal"),
            ("env_exact_accuracy", "A: exact"), ("best_move_reward", "best-move reward"), ("format_rate", "greedy format"),
            ("env_broken_rate", "A: not a board")]
 
@@ -123,12 +163,18 @@ class FlatGroups:
 
 
 def arm_recipe(arm: str, tmp: str) -> str:
-    """The recipe an arm runs: the shipped one without the held-out callback, and for the ablation no task kwargs."""
+    """The recipe an arm runs: the shipped one without the held-out callback and the guard that selects on it (an arm
+    is judged by its last step's weights), and for the ablation no task kwargs."""
+    spec = ARM_SPECS[arm]
     recipe = yaml.safe_load(RECIPE.read_text())
+    removed = ("chess_eval", "heldout_guard", *spec.get("remove", ()))
     recipe["callbacks"] = [c for c in recipe.get("callbacks", [])
-                           if (c if isinstance(c, str) else c.get("name")) != "chess_eval"]
-    if arm == "rookgrpo_one_temperature":
-        recipe.pop("task_generation_kwargs", None)
+                           if (c if isinstance(c, str) else c.get("name")) not in removed] + list(spec.get("callbacks", ()))
+    for key in spec.get("drop", ()):
+        recipe.pop(key, None)
+    recipe.update(spec.get("set", {}))
+    if "weights" in spec:
+        recipe["reward_weights"] = [spec["weights"]] * len(recipe["reward_funcs"])
     path = Path(tmp) / f"{arm}.yaml"
     path.write_text(yaml.safe_dump(recipe))
     return str(path)
@@ -230,6 +276,11 @@ def mean_se(values):
 PAIRS = [("vanilla_positions", "vanilla"), ("rookgrpo", "vanilla"), ("rookgrpo", "vanilla_positions"),
          ("rookgrpo_one_temperature", "vanilla"), ("rookgrpo_one_temperature", "vanilla_positions"),
          ("rookgrpo", "rookgrpo_one_temperature")]
+# The grid's levers: each against vanilla and against the recipe it changes; the anchor arms also against the
+# supervised steps alone, so a gain is credited to GRPO only beyond what those give.
+GRID = [a for a in ARM_SPECS if a not in ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature")]
+PAIRS += [(a, against) for a in GRID for against in ("vanilla", "rookgrpo")]
+PAIRS += [(a, "sft-only") for a in ("anchor-0.1", "anchor-0.3")]
 
 
 def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int], eval_depth: int) -> dict:
@@ -264,6 +315,16 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
             paired[f"{arm}/{k}" if against == "vanilla" else f"{arm}-{against}/{k}"] = {"mean": mean, "se": se}
             cells.append(f"{mean:+.3f} ± {se:.3f} (t {mean / se:.1f})" if se and se == se else f"{mean:+.3f}")
         paired_rows.append(f"| {arm} − {against} | " + " | ".join(cells) + " |")
+    if all("eval_train" in r for rs in runs.values() for r in rs) and runs:
+        primary = METRICS[:1] + [m for m in METRICS if m[0] == "env_exact_accuracy"]
+        paired_rows += ["", "The same runs on the 1,024 GRPO positions (`rookgrpo/tiny-rookworld-train`; trained on, "
+                        "so this measures fit, not transfer), primary metrics, mean ± standard error over seeds:", "",
+                        "| arm | " + " | ".join(label for _, label in primary) + " |",
+                        "|" + " --- |" * (len(primary) + 1)]
+        for arm, rs in runs.items():
+            cells = [f"{mean:.3f} ± {se:.3f}" for mean, se in (mean_se([r["eval_train"][k] for r in rs])
+                                                               for k, _ in primary)]
+            paired_rows.append(f"| {arm} | " + " | ".join(cells) + " |")
     n = base["n_policy"] + base["n_env"]
     return {
         "title": f"Held-out chess for the same generation budget (tiny-rookworld, {len(seeds)} seeds per arm)",
@@ -306,6 +367,8 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     ap.add_argument("--eval_depth", type=int, default=8)
+    ap.add_argument("--train_panel", action="store_true",
+                    help="also evaluate each run on the 1,024 GRPO positions (trained on: fit, not transfer)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--from_result", default=None, metavar="JSON",
                     help="rewrite the table from a result this script wrote (its runs and provenance), training nothing")
@@ -341,13 +404,29 @@ def main(argv=None):
         if saved is not None and (changed := same_start(saved["start"], base)):
             ap.error(f"--add_to {args.add_to}: the packaged model's evaluation differs from the saved start "
                      f"({'; '.join(changed)}); its arms describe another model or evaluation, rerun them all")
+        partial = Path(f"{args.out}.partial") if args.out else None
+        if partial is not None and partial.exists():  # a grid stopped part way: keep the runs it finished
+            done = json.loads(partial.read_text())
+            if done.get("steps") == args.steps and done.get("start") == base:
+                for arm, rs in done["runs"].items():
+                    if arm in runs:
+                        runs[arm] = [r for r in rs if r["seed"] in args.seeds]
+                print(f"resuming {partial}: {sum(map(len, runs.values()))} runs done", flush=True)
         for seed in args.seeds:  # arms interleaved per seed, so machine load drifts alike
             for arm in args.arms:
+                if any(r["seed"] == seed for r in runs[arm]):
+                    continue
                 r = run(arm, seed, args.steps, tmp)
+                keep = ("samples", "model", *PER_ROW_KEYS)
                 m = evaluate(r["model"], data, settings=settings, progress=False)
-                r.update(seed=seed, eval={k: m[k] for k in m if k not in ("samples", "model", *PER_ROW_KEYS)})
+                r.update(seed=seed, eval={k: m[k] for k in m if k not in keep})
+                if args.train_panel:
+                    t = evaluate(r["model"], "rookgrpo/tiny-rookworld-train", settings=settings, progress=False)
+                    r["eval_train"] = {k: t[k] for k in t if k not in keep}
                 runs[arm].append(r)
                 print(f"seed {seed} {arm}: " + ", ".join(f"{k} {m[k]:.3f}" for k, _ in METRICS), flush=True)
+                if partial is not None:
+                    partial.write_text(json.dumps({"steps": args.steps, "start": base, "runs": runs}, indent=1))
     if saved is None:
         return finish(report(base, runs, args.steps, args.seeds, args.eval_depth), args.out)
     every = {arm: (saved["runs"].get(arm) or runs[arm]) for arm in ARMS if arm in saved["runs"] or arm in runs}

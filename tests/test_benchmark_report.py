@@ -176,3 +176,31 @@ def test_seed_table_pairs_each_run_by_position_and_gives_the_spread_over_runs(tm
     # Run a: +0.5 with the paired standard error of (1, 1, 0, 0) = 0.289, z 1.7; the mean of +0.5 and +0.25.
     assert "| best-move accuracy (P:) | 0.000 | +0.500 (1.7) | +0.250 (1.0) | +0.375 ± 0.125 |" in text
     assert table.main(["--before", str(tmp_path / "before.json"), "--runs", f"a={paths['a']}", f"b={paths['b']}"]) == 0
+
+
+def test_every_grid_arm_is_a_valid_recipe_that_differs_from_the_shipped_one_as_named(tmp_path, monkeypatch):
+    """The arms of docs/experiments/2026-11-27-grpo-grid-plan.md parse as recipes, their callbacks resolve, none keeps
+    the held-out guard, and each changes what its spec says."""
+    import yaml
+
+    from rookgrpo.callbacks.registry import resolve_callbacks
+    from rookgrpo.recipe import parse_recipe
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    shipped = yaml.safe_load(bench.RECIPE.read_text())
+    for arm in bench.ARMS:
+        path = bench.arm_recipe(arm, str(tmp_path))
+        recipe = yaml.safe_load(open(path).read())
+        names = [c if isinstance(c, str) else c["name"] for c in recipe["callbacks"]]
+        assert "heldout_guard" not in names and "chess_eval" not in names, arm
+        resolve_callbacks(recipe["callbacks"])
+        _, config, _ = parse_recipe([path, "--output_dir", str(tmp_path / arm)])
+        spec = bench.ARM_SPECS[arm]
+        for key, value in spec.get("set", {}).items():
+            assert getattr(config, key) in (value, type(getattr(config, key))(value)), (arm, key)
+        assert all(name in names for name in (c["name"] for c in spec.get("callbacks", ())))
+        if "weights" in spec:
+            assert set(recipe["reward_weights"]) == {spec["weights"]}
+        else:
+            assert recipe["reward_weights"] == shipped["reward_weights"]

@@ -1,7 +1,9 @@
 """``rookgrpo plot RUN_DIR``: training curves from the trainer's own log history.
 
 Reads ``trainer_state.json`` (written at the end of training and in every checkpoint) and draws reward (total and per
-component), KL, beta, the share of zero-std groups and resampling rounds over steps, whichever were logged. Also
+component), held-out chess and the reference answers' NLL (``chess_eval``), KL, beta, the share of zero-std groups and
+resampling rounds over steps, whichever were logged, with a dashed line at the step whose weights ``heldout_guard``
+handed back when they were not the last step's. Also
 renders a compact text table so a terminal shows the curve without opening the PNG.
 """
 
@@ -71,9 +73,14 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     if not panels:
         raise ConfigError(f"plot: the log history in {run_dir} has no reward, KL or beta entries to plot.")
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), sharex=True, squeeze=False)
+    _, restored = series(history, "heldout_guard/restored")
+    _, best = series(history, "heldout_guard/best_step")
     for ax, (title, names) in zip(axes[:, 0], panels):
         for name in names:
             ax.plot(*series(history, name), marker=".", label=name)
+        if restored and restored[-1] and best:  # the step whose weights heldout_guard handed back
+            ax.axvline(best[-1], color="black", linestyle="--", linewidth=1,
+                       label=f"heldout_guard: weights of step {best[-1]:.0f}")
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")

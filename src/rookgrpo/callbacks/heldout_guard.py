@@ -78,7 +78,7 @@ class HeldoutGuard(RookCallback):
 
         if any(n.startswith("heldout/") for n in names) and not any(
                 isinstance(cb, ChessEval) for cb in trainer.callback_handler.callbacks):
-            logger.warning("heldout_guard: %s is logged by chess_eval, which this run does not have; unless another "
+            logger.warning("%s is logged by chess_eval, which this run does not have; unless another "
                            "callback logs it, the guard will keep the last step's weights.", names)
 
     # ---- the weights ----------------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ class HeldoutGuard(RookCallback):
         self._observe_start(state)
         best, step = self.score.best_step, state.global_step
         if best is None or self.best_weights is None:
-            logger.warning("heldout_guard: no held-out evaluation of %s was logged, so the final weights are the last "
+            logger.warning("no held-out evaluation of %s was logged, so the final weights are the last "
                            "step's (%d).", list(self.score.metric), step)
             return
         restored = best != step
@@ -147,12 +147,12 @@ class HeldoutGuard(RookCallback):
             self._restore(self.best_weights)
             last = self.score.scores.get(self.last_evaluated)
             logger.warning(
-                "heldout_guard: the final weights are step %d's, not step %d's: held-out score %.4f there (%s), the best "
+                "the final weights are step %d's, not step %d's: held-out score %.4f there (%s), the best "
                 "of %d evaluations; the last evaluation (step %s) scored %s.", best, step, self.score.best,
                 " + ".join(f"{w:g} x {n}" for n, w in self.score.metric.items()), len(self.score.scores),
                 self.last_evaluated, "n/a" if last is None else f"{last:.4f}")
         else:
-            logger.info("heldout_guard: the last step (%d) is the best held-out evaluation (score %.4f); kept.", step,
+            logger.info("the last step (%d) is the best held-out evaluation (score %.4f); kept.", step,
                         self.score.best)
         if self.trainer.accelerator.is_main_process:
             state.log_history.append({"step": step, "heldout_guard/best_step": best,
