@@ -419,7 +419,7 @@ def main(argv=None):
                 r = run(arm, seed, args.steps, tmp)
                 keep = ("samples", "model", *PER_ROW_KEYS)
                 m = evaluate(r["model"], data, settings=settings, progress=False)
-                r.update(seed=seed, eval={k: m[k] for k in m if k not in keep})
+                r.update(seed=seed, eval={k: m[k] for k in m if k not in keep}, measured=STARTED_AT)
                 if args.train_panel:
                     t = evaluate(r["model"], "rookgrpo/tiny-rookworld-train", settings=settings, progress=False)
                     r["eval_train"] = {k: t[k] for k in t if k not in keep}

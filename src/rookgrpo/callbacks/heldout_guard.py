@@ -129,7 +129,8 @@ class HeldoutGuard(RookCallback):
             value = self.score.score_of(entry) if entry.get("step") == 0 else None
             if value is not None:
                 self.score.scores[0] = value
-                self.last_evaluated = max(self.last_evaluated or 0, 0)
+                if self.last_evaluated is None:
+                    self.last_evaluated = 0
                 if self.score.better(value):
                     self.score.take(0, value)
                     self.best_weights = self.start

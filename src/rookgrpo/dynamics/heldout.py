@@ -88,8 +88,9 @@ class HeldoutScore:
         self.best_step, self.best = step, value
 
     def update(self, history: list[Mapping]) -> list[tuple[int, float]]:
-        """Score the entries of ``history`` at steps not scored yet; return the new (step, score) pairs, in order.
-        The best is the caller's to :meth:`take`: only a step whose weights it holds can be restored."""
+        """Score the entries of a run's log ``history`` at steps not scored yet (a finished run's
+        ``trainer_state.json``, read after the fact); return the new (step, score) pairs, in order. The best is the
+        caller's to :meth:`take`: a live guard takes only a step whose weights it holds."""
         new = []
         for entry in history:
             step = entry.get("step")
