@@ -29,6 +29,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("stockfish_depth", "bench_stockfish_depth", ["--n", "500"]),
     ("env_conventions", "bench_env_conventions", []),
     ("code_exec", "bench_code_exec", []),
+    ("code_degenerate", "bench_code_degenerate", []),
     ("step_time", "bench_step_time", []),
     ("precision", "bench_precision", []),
     ("position_gap", "bench_position_gap", []),

@@ -57,9 +57,9 @@ def test_humaneval_bodies_replaced_by_pass_earn_less_than_one(humaneval):
     scores = code_exec([r["prompt"] for r in humaneval], broken, tests=[r["tests"] for r in humaneval])
     assert all(s < 1.0 for s in scores)
     assert all(0.0 <= s <= 0.5 for s in scores)  # partial credit is capped at 0.5
-    # `assert True` lines count for nothing, so a body that returns None only keeps the asserts whose right answer is
-    # None or falsy (HumanEval/12, 52, 56, 61, 90, 128, 137, 162: e.g. longest([]) is None); binary mode pays none.
-    assert sum(s > 0 for s in scores) <= 8 and max(scores) < 0.35
+    # A body that returns None answers every input alike: it passes the asserts whose right answer is None or falsy
+    # (HumanEval/12, 52, 56, 61, 90, 128, 137, 162: e.g. longest([]) is None), and earns nothing for them.
+    assert scores == [0.0] * 164
     binary = CodeExec(binary=True)([r["prompt"] for r in humaneval], broken, tests=[r["tests"] for r in humaneval])
     assert binary == [0.0] * 164
 
@@ -77,14 +77,32 @@ def test_stdio_is_exact_after_trailing_whitespace_no_prefix_match():
     assert code_exec(["p"] * 5, [FENCED.format(o) for o in outs], tests=[tests] * 5) == [1.0, 1.0, 0.0, 0.0, 0.0]
 
 
-def test_partial_credit_binary_mode_and_zero_cases():
-    half = FENCED.format("def sq(x):\n    return 4")
-    assert code_exec(["p"], [half], tests=[SQ_TESTS]) == [0.25]
-    assert CodeExec(binary=True)(["p"], [half], tests=[SQ_TESTS]) == [0.0]
-    assert CodeExec(partial_credit=1.0)(["p"], [half], tests=[SQ_TESTS]) == [0.5]
+def test_partial_credit_counts_non_trivial_tests_binary_mode_and_zero_cases(tmp_path, monkeypatch):
+    """sq(2) == 4 is passed by a program that doubles its input (a simple transform of the trivial family): trivial.
+    sq(3) == 9 is not. Partial credit counts sq(3) alone, and a program that answers every input alike or hands its
+    input back earns none."""
+    monkeypatch.setenv("ROOKGRPO_CACHE", str(tmp_path))
+    partial = FENCED.format("def sq(x):\n    return x * 3")  # passes sq(3) only
+    doubling = FENCED.format("def sq(x):\n    return x + x")  # passes the trivial sq(2) only
+    constant = FENCED.format("def sq(x):\n    return 9")  # passes sq(3), the same answer for 2 and 3
+    reward = CodeExec()
+    assert reward(["p"] * 3, [partial, doubling, constant], tests=[SQ_TESTS] * 3) == [0.5, 0.0, 0.0]
+    assert reward.trivial_tests([json.loads(SQ_TESTS)]) == [frozenset({0})]
+    assert len(list((tmp_path / "code-trivial").glob("*.json"))) == 1  # the table is cached on disk
+    assert CodeExec(binary=True)(["p"], [partial], tests=[SQ_TESTS]) == [0.0]
+    assert CodeExec(partial_credit=0.2)(["p"], [partial], tests=[SQ_TESTS]) == [0.2]
     zero = ["no code here", FENCED.format("def sq(x) return"), FENCED.format("def sq(x):\n    while True: pass")]
     assert CodeExec(limits=SandboxLimits(timeout=2, cpu_seconds=2))(["p"] * 3, zero, tests=[SQ_TESTS] * 3) == [0.0] * 3
-    assert code_exec(["p"], [half], tests=[None]) == [None]  # a row without tests is not this reward's
+    assert code_exec(["p"], [partial], tests=[None]) == [None]  # a row without tests is not this reward's
+
+
+def test_stdio_constant_and_echo_programs_earn_no_partial_credit():
+    tests = json.dumps({"type": "stdio", "cases": [{"input": "3\n", "output": "9\n"}, {"input": "2\n", "output": "4\n"},
+                                                   {"input": "1\n", "output": "1\n"}, {"input": "0\n", "output": "0\n"}]})
+    programs = ["print(int(input()) ** 2)", "print(9)", "print(input())", "n = int(input())\nprint(n * 3 if n == 3 else n * 2)"]
+    # The echo passes 1 -> 1 and 0 -> 0, so those two cases are trivial; the last program passes both others (and
+    # 0 -> 0): 0.5 x 2/2. print(9) passes 3 -> 9 with the same output for every input.
+    assert code_exec(["p"] * 4, [FENCED.format(p) for p in programs], tests=[tests] * 4) == [1.0, 0.0, 0.0, 0.5]
 
 
 def test_code_extraction_and_format_reward():

@@ -29,7 +29,8 @@ START_MARGIN = 5.0  # seconds a job may take beyond its tests' timeouts (runner 
 def job_deadline(spec: dict, limits: SandboxLimits) -> float:
     """Seconds a job may take: one timeout per sandbox it starts (one per stdin/stdout case), plus the margin."""
     runs = len(spec.get("cases", [])) if spec.get("type") == "stdio" else 1
-    return limits.timeout * max(1, runs) + START_MARGIN
+    variants = len(spec.get("__variants__") or ()) or 1  # a variants job runs the tests once per variant
+    return limits.timeout * max(1, runs) * variants + START_MARGIN
 
 
 class RunnerProcess:

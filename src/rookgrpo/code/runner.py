@@ -30,7 +30,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from . import wire
 from .sandbox import Sandbox, SandboxLimits
@@ -43,6 +43,11 @@ class Verdict:
     passed: int = 0
     counted: int = 0
     total: int = 0
+    passed_ids: list = field(default_factory=list)  # which counted tests passed (assert or case index)
+    counted_ids: list = field(default_factory=list)  # which tests counted
+    variant_passed_ids: list = field(default_factory=list)  # a variants job: each variant's passed tests
+    constant: bool = False  # the same answer for every input (two or more distinct inputs seen)
+    echo: bool = False  # an input handed back as the answer, on every call
     loaded: bool = True
     timed_out: bool = False
     note: str = ""
@@ -62,6 +67,18 @@ class Remote:
 
     def __init__(self, box: Sandbox, deadline: float):
         self.box, self.deadline, self.calls, self.seq = box, deadline, 0, 0
+        self.seen: list[tuple[tuple, object]] = []  # (arguments, answer) of each call that answered
+
+    def behaviour(self) -> tuple[bool, bool]:
+        """(constant, echo) over the calls that answered: the same answer for two or more distinct inputs; an
+        argument position whose value every answer equals."""
+        inputs = {repr(args) for args, _ in self.seen}
+        if len(inputs) < 2:
+            return False, False
+        constant = len({repr(answer) for _, answer in self.seen}) == 1
+        width = min(len(args) for args, _ in self.seen)
+        echo = any(all(equal(answer, args[i]) for args, answer in self.seen) for i in range(width))
+        return constant, echo
 
     def _read(self) -> dict | None:
         try:
@@ -91,7 +108,10 @@ class Remote:
             if isinstance(error, type) and issubclass(error, Exception) and error is not StopIteration:
                 raise error(f"raised by the candidate: {name}")
             raise CandidateRaised(name[:100])
-        return wire.decode(answer.get("value"))
+        value = wire.decode(answer.get("value"))
+        if len(self.seen) < 1000:
+            self.seen.append((tuple(args) + tuple(sorted(kwargs.items())), value))
+        return value
 
     def function(self, name: str):
         """The trusted stand-in for the program's function ``name``."""
@@ -137,12 +157,14 @@ def _compiled(source: str, name: str):
     return compile(source, name, "exec")
 
 
-def run_asserts(box: Sandbox, remote: Remote, spec: dict) -> Verdict:
+def run_asserts(box: Sandbox, remote: Remote, spec: dict, target: str | None = None) -> Verdict:
+    """The asserts of ``spec`` against the program's function ``target`` (default: the entry point), bound under the
+    entry point's name."""
     code, total = rewrite_asserts(spec["code"])
     entry = spec.get("entry_point")
     verdict = Verdict(total=total)
     results: dict[int, list[bool]] = {}  # id -> [exercised, passed]
-    mark = [0]
+    mark = [remote.calls]
 
     def record(test_id: int, thunk) -> None:
         try:
@@ -162,7 +184,7 @@ def run_asserts(box: Sandbox, remote: Remote, spec: dict) -> Verdict:
         if spec.get("prelude"):
             exec(_compiled(spec["prelude"], "prelude.py"), namespace)  # the problem's own helpers (trusted)
         if entry:
-            namespace[entry] = remote.function(entry)
+            namespace[entry] = remote.function(target or entry)
         exec(_compiled(code, "tests.py"), namespace)
         if entry and callable(namespace.get("check")):
             namespace["check"](namespace[entry])
@@ -170,9 +192,10 @@ def run_asserts(box: Sandbox, remote: Remote, spec: dict) -> Verdict:
         verdict.timed_out = True
     except BaseException as exc:  # noqa: BLE001 (the tests stopped early: the asserts not reached fail)
         verdict.note = f"tests stopped: {type(exc).__name__}"
-    counted = [i for i in range(total) if i not in results or results[i][0]]
-    verdict.counted = len(counted)
-    verdict.passed = sum(i in results and results[i][1] for i in counted)
+    verdict.constant, verdict.echo = remote.behaviour()
+    verdict.counted_ids = [i for i in range(total) if i not in results or results[i][0]]
+    verdict.passed_ids = [i for i in verdict.counted_ids if i in results and results[i][1]]
+    verdict.counted, verdict.passed = len(verdict.counted_ids), len(verdict.passed_ids)
     return verdict
 
 
@@ -195,18 +218,21 @@ def equal(got, expected) -> bool:
     return type(got) is type(expected) and got == expected
 
 
-def run_calls(box: Sandbox, remote: Remote, spec: dict) -> Verdict:
+def run_calls(box: Sandbox, remote: Remote, spec: dict, target: str | None = None) -> Verdict:
     cases = spec["cases"]
-    verdict = Verdict(total=len(cases), counted=len(cases))
-    candidate = remote.function(spec["entry_point"])
-    for case in cases:
+    verdict = Verdict(total=len(cases), counted=len(cases), counted_ids=list(range(len(cases))))
+    candidate = remote.function(target or spec["entry_point"])
+    for i, case in enumerate(cases):
         try:
-            verdict.passed += equal(candidate(*case["args"]), case["expected"])
+            if equal(candidate(*case["args"]), case["expected"]):
+                verdict.passed_ids.append(i)
         except TimedOut:
             verdict.timed_out = True
             break
         except Exception:  # noqa: BLE001
             pass
+    verdict.passed = len(verdict.passed_ids)
+    verdict.constant, verdict.echo = remote.behaviour()
     return verdict
 
 
@@ -217,8 +243,9 @@ def normalize_output(text: str) -> str:
 
 def run_stdio(code: str, spec: dict, limits: SandboxLimits, uid: int | None) -> Verdict:
     cases = spec["cases"]
-    verdict = Verdict(total=len(cases), counted=len(cases))
-    for case in cases:
+    verdict = Verdict(total=len(cases), counted=len(cases), counted_ids=list(range(len(cases))))
+    outputs: list[tuple[str, str]] = []  # (input, output) of each case, for the constant and echo checks
+    for i, case in enumerate(cases):
         box = Sandbox(limits, uid)
         try:
             box.start_program(code)
@@ -229,8 +256,19 @@ def run_stdio(code: str, spec: dict, limits: SandboxLimits, uid: int | None) -> 
             verdict.timed_out = True
             break
         text = out.decode("utf-8", errors="replace")
-        verdict.passed += not over and normalize_output(text) == normalize_output(str(case["output"]))
+        outputs.append((normalize_output(str(case["input"])), normalize_output(text)))
+        if not over and normalize_output(text) == normalize_output(str(case["output"])):
+            verdict.passed_ids.append(i)
+    verdict.passed = len(verdict.passed_ids)
+    if len({given for given, _ in outputs}) >= 2:
+        verdict.constant = len({printed for _, printed in outputs}) == 1
+        verdict.echo = all(given == printed for given, printed in outputs)
     return verdict
+
+
+# A job whose spec holds this key runs variants of one program (rookgrpo.code.trivial): for function tests, the names of
+# the functions its code defines, each tested in turn under the entry point's name; for stdin/stdout tests, programs.
+VARIANTS = "__variants__"
 
 
 def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid: int | None = None,
@@ -241,9 +279,13 @@ def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid:
     runner keeps one ready); otherwise one is started here.
     """
     kind = spec.get("type")
+    variants = spec.get(VARIANTS)
     if kind == "stdio":
         if box is not None:
             box.close()
+        if variants:  # each variant a program of its own
+            return Verdict(total=_total(spec), variant_passed_ids=[
+                run_stdio(program, spec, limits, uid).passed_ids for program in variants])
         return run_stdio(code, spec, limits, uid)
     if box is not None:
         try:
@@ -255,7 +297,7 @@ def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid:
         box = Sandbox(limits, uid)
         box.start_calls(code)
     try:
-        remote = Remote(box, time.monotonic() + limits.timeout)
+        remote = Remote(box, time.monotonic() + limits.timeout * max(1, len(variants or ())))
         try:
             if not remote.loaded():
                 return Verdict(total=_total(spec), loaded=False, note="the program did not load")
@@ -263,7 +305,12 @@ def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid:
             return Verdict(total=_total(spec), loaded=False, timed_out=True)
         except wire.WireError:
             return Verdict(total=_total(spec), loaded=False, note="unreadable answer")
-        return run_asserts(box, remote, spec) if kind == "asserts" else run_calls(box, remote, spec)
+        run = run_asserts if kind == "asserts" else run_calls
+        if variants:  # one program defining every variant function; the tests run once per variant
+            found = [run(box, remote, spec, name) for name in variants]
+            return Verdict(total=_total(spec), timed_out=any(v.timed_out for v in found),
+                           variant_passed_ids=[v.passed_ids for v in found])
+        return run(box, remote, spec)
     finally:
         box.close()
 

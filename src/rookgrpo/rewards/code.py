@@ -1,7 +1,8 @@
 """Code rewards: run the completion's Python against the row's tests in the sandbox (see :mod:`rookgrpo.code`).
 
-- ``code_exec``: 1.0 when every test passes; otherwise partial credit ``0.5 x pass fraction`` (configurable), or
-  0 in binary mode. No code block, a syntax error or a timeout earns 0.
+- ``code_exec``: 1.0 when every test passes; otherwise partial credit ``0.5 x`` the share of the problem's
+  non-trivial tests it passes (tests no trivial program passes, :mod:`rookgrpo.code.trivial`), or 0 in binary mode.
+  No code block, a syntax error or a timeout earns 0.
 - ``code_format``: 1.0 when the completion holds a fenced Python block, else 0.
 
 Rows need a ``tests`` column (JSON; shapes in :mod:`rookgrpo.code.problems`). The completions of a batch are judged
@@ -41,17 +42,34 @@ def extract_code(text: Any) -> str | None:
 class CodeExec:
     """Run the last fenced Python block against the row's tests. Range [0, 1].
 
-    1.0 when every counted test passes; else ``partial_credit x (passed / counted)`` (default 0.5, so at most 0.5),
-    or 0 with ``binary=True``. An assert counts only if it exercises the candidate (``assert True`` counts for
-    nothing). No code, a program that does not load (syntax error, exit at import), a timeout, or no test that
-    calls the candidate: 0. The verdict is decided by a trusted runner process on plain data; the program's
-    sandbox holds no test (see :mod:`rookgrpo.code.runner` and ``docs/sandbox.md``).
+    1.0 when every counted test passes. Otherwise partial credit for behaviour, not coincidence::
+
+        partial_credit x (non-trivial tests passed) / (non-trivial tests counted)
+
+    where a test is trivial when a program that ignores its input passes it (a constant, the arguments echoed, a
+    simple transform of them: :mod:`rookgrpo.code.trivial`, run once per problem and cached). A problem whose every
+    test is trivial gives no partial credit, only the full 1.0. And a program that behaves trivially gets no partial
+    credit whatever it passed: one that gave the same answer to two or more distinct inputs (a constant of any
+    value), or handed one of its arguments back on every call (an echo); for stdin/stdout tests, the same output for
+    distinct inputs, or the input printed back. ``binary=True``: 0 below a full pass. An assert
+    counts only if it exercises the candidate (``assert True`` counts for nothing). No code, a program that does not
+    load (syntax error, exit at import), a timeout, or no test that calls the candidate: 0. The verdict is decided by a
+    trusted runner process on plain data; the program's sandbox holds no test (:mod:`rookgrpo.code.runner`,
+    ``docs/sandbox.md``).
+
+    Worked example: ``sq(x)`` tested on 3 → 9, 1 → 1 and 0 → 0. ``return 1`` passes the second case and the echo
+    ``return a[0]`` the second and third, so only the first is non-trivial. ``x * x`` earns 1.0; ``x * 3`` passes the
+    first and third cases, 0.5 x 1/1 = 0.5; ``return 9`` passes the first case but answers every input alike, and
+    ``return x`` passes the two trivial cases and is an echo: both earn 0 (0.17 and 0.33 under a plain pass
+    fraction).
 
     Example:
-        >>> tests = '{"type": "calls", "entry_point": "sq", "cases": [{"args": [2], "expected": 4}, {"args": [3], "expected": 9}]}'
-        >>> good, half = "```python\\ndef sq(x):\\n    return x * x\\n```", "```py\\ndef sq(x):\\n    return 4\\n```"
-        >>> code_exec(["p"] * 3, [good, half, "no code"], tests=[tests] * 3)
-        [1.0, 0.25, 0.0]
+        >>> tests = '{"type": "calls", "entry_point": "sq", "cases": [{"args": [3], "expected": 9}, ' \\
+        ...         '{"args": [1], "expected": 1}, {"args": [0], "expected": 0}]}'
+        >>> code = ["```python\\ndef sq(x):\\n    return x * x\\n```", "```py\\ndef sq(x):\\n    return x * 3\\n```",
+        ...         "```py\\ndef sq(x):\\n    return 9\\n```", "```py\\ndef sq(x):\\n    return x\\n```", "no code"]
+        >>> code_exec(["p"] * 5, code, tests=[tests] * 5)
+        [1.0, 0.5, 0.0, 0.0, 0.0]
     """
 
     name = "code_exec"
@@ -61,6 +79,7 @@ class CodeExec:
                  limits: SandboxLimits = SandboxLimits()):
         self.partial_credit, self.binary, self.workers, self.limits = partial_credit, binary, workers, limits
         self.__name__ = self.name
+        self._trivial: dict[str, frozenset[int]] = {}
 
     def __call__(self, prompts, completions, tests=None, **kwargs) -> list[float | None]:
         if tests is None:
@@ -76,16 +95,58 @@ class CodeExec:
                 continue
             jobs.append((code, _spec(spec)))
             owners.append(i)
-        for owner, verdict in zip(owners, get_pool(self.workers, self.limits).map(jobs) if jobs else []):
-            scores[owner] = self._score(verdict)
+        if not jobs:
+            return scores
+        pool = get_pool(self.workers, self.limits)
+        if not (self.binary or self.partial_credit == 0):
+            self.trivial_tests([spec for _, spec in jobs], pool)
+        for (_, spec), owner, verdict in zip(jobs, owners, pool.map(jobs)):
+            scores[owner] = self._score(verdict, spec)
         return scores
 
-    def _score(self, verdict) -> float:
+    def trivial_tests(self, specs: list[dict], pool=None) -> list[frozenset[int]]:
+        """The trivial tests of each spec (:mod:`rookgrpo.code.trivial`): from memory, the disk cache, or one runner
+        job per problem not seen before (in parallel)."""
+        from ..code import trivial
+
+        keys = [trivial.spec_key(spec) for spec in specs]
+        missing = {}
+        for key, spec in zip(keys, specs):
+            if key not in self._trivial:
+                cached = trivial.load_cached(spec)
+                if cached is not None:
+                    self._trivial[key] = cached
+                else:
+                    missing[key] = spec
+        if missing:
+            pool = pool or get_pool(self.workers, self.limits)
+            for (key, spec), verdict in zip(missing.items(),
+                                            pool.map([trivial.variants_job(s) for s in missing.values()])):
+                table = frozenset(i for ids in verdict.variant_passed_ids for i in ids)
+                self._trivial[key] = table
+                if not verdict.timed_out and verdict.variant_passed_ids:
+                    trivial.store_cached(spec, table, verdict.variant_passed_ids)
+        return [self._trivial[key] for key in keys]
+
+    def _score(self, verdict, spec: dict | None = None) -> float:
         if verdict.timed_out or not verdict.loaded or verdict.counted == 0:
             return 0.0
         if verdict.passed == verdict.counted:
             return 1.0
-        return 0.0 if self.binary else self.partial_credit * verdict.passed / verdict.counted
+        if self.binary or self.partial_credit == 0 or verdict.constant or verdict.echo:
+            return 0.0
+        trivial = self._trivial.get(_trivial_key(spec), frozenset()) if spec is not None else frozenset()
+        counted = [i for i in verdict.counted_ids if i not in trivial]
+        if not counted:
+            return 0.0
+        passed = sum(i not in trivial for i in verdict.passed_ids)
+        return self.partial_credit * passed / len(counted)
+
+
+def _trivial_key(spec: dict) -> str:
+    from ..code.trivial import spec_key
+
+    return spec_key(spec)
 
 
 @functools.lru_cache(maxsize=4096)
