@@ -108,6 +108,10 @@ def main(argv=None) -> dict:
     from rookgrpo.code.pool import get_pool
     from rookgrpo.rewards.code import CodeExec, _spec
 
+    import os
+    import tempfile
+
+    os.environ["ROOKGRPO_CACHE"] = tempfile.mkdtemp(prefix="rookgrpo-bench-")  # the tables' cost, not the cache's
     rows = humaneval_rows()[: args.n]
     reward = CodeExec()
     pool = get_pool(reward.workers, reward.limits)

@@ -388,3 +388,22 @@ def test_wire_rejects_what_is_not_plain_data():
                  {"__t": "evil", "v": 1}, {"__t": "bytes", "v": "zz"}]:
         with pytest.raises(wire.WireError):
             wire.decode(data)
+
+
+def test_tests_that_use_a_helper_nothing_defines_stop_before_training(tiny_model_dir, tmp_path):
+    """HumanEval/38's tests call the prompt's encode_cyclic: without the row's prelude a correct solution would score 0
+    without a word. The trainer refuses the data before training, naming the row and the name."""
+    from datasets import Dataset
+
+    from conftest import tiny_grpo_args
+    from rookgrpo import ConfigError, RookGRPOTrainer
+    from rookgrpo.code.problems import humaneval_rows
+
+    rows = humaneval_rows()[36:40]
+    spec = json.loads(rows[2]["tests"])
+    spec.pop("prelude")
+    rows[2] = {**rows[2], "tests": json.dumps(spec)}
+    data = Dataset.from_list([{"prompt": r["prompt"], "tests": r["tests"], "task_id": r["task_id"]} for r in rows])
+    with pytest.raises(ConfigError, match=r"HumanEval/38 \(row 2\).*use encode_cyclic"):
+        RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="code_exec", args=tiny_grpo_args(tmp_path),
+                        train_dataset=data)

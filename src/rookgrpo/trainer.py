@@ -390,7 +390,8 @@ def _setup_reward(reward: Any, args: Any) -> Any:
 
 
 def _check_reward_columns(reward_funcs: list, dataset: Any) -> None:
-    """Rewards that read dataset columns (e.g. code_exec's ``tests``) declare them; check before training."""
+    """Rewards that read dataset columns (e.g. code_exec's ``tests``) declare them, and may check the rows
+    (``check_rows(dataset)``); both before training."""
     columns = getattr(dataset, "column_names", None)
     if columns is None:
         return
@@ -402,6 +403,9 @@ def _check_reward_columns(reward_funcs: list, dataset: Any) -> None:
                 f"reward_funcs: {name} needs dataset column(s) {missing}, which train_dataset lacks "
                 f"(columns: {', '.join(columns)})."
             )
+        check_rows = getattr(reward, "check_rows", None)
+        if callable(check_rows) and hasattr(dataset, "__getitem__"):
+            check_rows(dataset)  # e.g. code_exec: tests that name a helper nothing defines
 
 
 def _check_prompt_column(dataset: Any, name: str) -> None:

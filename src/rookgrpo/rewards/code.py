@@ -104,6 +104,21 @@ class CodeExec:
             scores[owner] = self._score(verdict, spec)
         return scores
 
+    def check_rows(self, dataset) -> None:
+        """Check every row's tests before training (the trainer calls this): a malformed spec, or tests that use a
+        helper nothing defines, is a ConfigError naming the row."""
+        for i, spec in enumerate(dataset["tests"]):
+            if spec is None:
+                continue
+            try:
+                _spec(spec)
+            except ConfigError as exc:
+                row = dataset[i]
+                name = row.get("task_id") or row.get("id") or f"row {i}"
+                raise ConfigError(f"train_dataset {name} (row {i}): {exc}") from None
+            except (ValueError, TypeError, KeyError) as exc:
+                raise ConfigError(f"train_dataset row {i}: its 'tests' cannot be read ({exc}).") from None
+
     def trivial_tests(self, specs: list[dict], pool=None) -> list[frozenset[int]]:
         """The trivial tests of each spec (:mod:`rookgrpo.code.trivial`): from memory, the disk cache, or one runner
         job per problem not seen before (in parallel)."""
@@ -164,9 +179,44 @@ def _check_spec(spec: dict) -> dict:
     if kind == "asserts":
         if rewrite_asserts(spec["code"])[1] == 0:
             raise ConfigError("code_exec: an asserts test has no assert statements.")
+        missing = undefined_names(spec["code"], spec.get("prelude") or "", spec.get("entry_point"))
+        if missing:
+            raise ConfigError(
+                f"code_exec: the tests of {spec.get('entry_point') or 'a row'!r} use {', '.join(sorted(missing))}, which "
+                "neither the tests, the row's prelude nor the candidate define, so a correct solution would fail "
+                "them. Give the row a 'prelude' with the prompt's helper code (rookgrpo.code.problems).")
     elif kind not in ("calls", "stdio"):
         raise ConfigError(f"code_exec: unknown tests type {kind!r} (asserts, calls or stdio).")
     return spec
+
+
+def undefined_names(tests: str, prelude: str = "", entry_point: str | None = None) -> set[str]:
+    """Names the test code reads that nothing defines: not a builtin, not bound in the tests or the prelude (a def,
+    class, import, assignment, parameter or loop target), not the entry point.
+
+    >>> sorted(undefined_names("def check(candidate):\\n    assert candidate(1) == helper(2)", entry_point="f"))
+    ['helper']
+    >>> undefined_names("def check(c):\\n    assert c(1) == helper(2)", prelude="def helper(x): return x")
+    set()
+    """
+    import ast
+    import builtins
+
+    defined = set(dir(builtins)) | {entry_point, "__name__"}
+    loaded = set()
+    for source in (tests, prelude):
+        for node in ast.walk(ast.parse(source or "")):
+            if isinstance(node, ast.Name):
+                (loaded if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, ast.arg):
+                defined.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                defined.add(node.name)
+    return {name for name in loaded - defined if name}
 
 
 def code_format(completions, **kwargs) -> list[float]:
