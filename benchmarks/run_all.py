@@ -30,6 +30,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("env_conventions", "bench_env_conventions", []),
     ("code_exec", "bench_code_exec", []),
     ("code_degenerate", "bench_code_degenerate", []),
+    # The partial-credit change's cost on code_exec's throughput, against the commit before it.
+    ("code_exec_change", "bench_code_exec", ["--against", "ca2f1d1", "--repeats", "9"]),
     ("step_time", "bench_step_time", []),
     ("precision", "bench_precision", []),
     ("position_gap", "bench_position_gap", []),
@@ -66,7 +68,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
 # an appendix, so that each benchmark reads as one current table.
 APPENDIX = {"selection_env_exact_passrate", "selection_more_seeds", "selection_long", "selection_long_resampling",
             "selection_long_more_seeds", "selection_target", "selection_target_more_seeds",
-            "selection_env_exact_target"}
+            "selection_env_exact_target", "code_exec_change"}
 
 
 def _load(name: str):

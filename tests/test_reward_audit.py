@@ -108,3 +108,27 @@ def test_audit_refuses_a_reward_model_and_mismatched_weights(tmp_path):
     funcs, _, settings = recipe_rewards({"reward_funcs": ["chess_format"]})
     with pytest.raises(ConfigError, match="reward_weights"):
         audit(funcs, [1.0, 2.0], ["P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: a1a2 E: 0.0 B: a1a2"], settings)
+
+
+def test_code_audit_constants_and_echoes_earn_no_code_exec_and_the_docs_table_is_the_commands(tmp_path):
+    """`rookgrpo rewards audit recipes/code.yaml`: on HumanEval problems every degenerate answer earns 0 from
+    code_exec (only code_format's 0.1 for a fenced block), the canonical solutions 1.0, and the mutants that fail a
+    test keep some credit; docs/rewards.md holds the command's table."""
+    from rookgrpo.code.problems import humaneval_rows
+    from rookgrpo.rewards.audit import recipe_rewards
+    from rookgrpo.rewards.code_audit import REFERENCE, code_audit, format_code_audit
+
+    recipe = yaml.safe_load((REPO / "recipes" / "code.yaml").read_text())
+    funcs, weights, _ = recipe_rewards(recipe)
+    result = code_audit(funcs, weights, humaneval_rows()[:12])
+    rows = {r["answer"]: r for r in result["rows"]}
+    assert rows[REFERENCE]["code_exec/mean"] == 1.0 and rows[REFERENCE]["mean"] == pytest.approx(1.1)
+    for label in ("return None", "return 0", "return []", "echo the first argument", "pass", "raise ValueError",
+                  "empty block", "prompt copied back"):
+        assert rows[label]["code_exec/above_zero"] == 0, label
+        assert rows[label]["mean"] == pytest.approx(0.1 * rows[label]["code_format/mean"]), label
+    assert 0 < rows["mutated canonical"]["code_exec/mean"] < 0.5
+    docs = (REPO / "docs" / "rewards.md").read_text()
+    section = docs.split("### `recipes/code.yaml`")[1].split("```")[1]
+    assert section.strip().splitlines()[1:3] == format_code_audit(result).splitlines()[1:3]  # the table's header
+    assert "`rookgrpo rewards audit recipes/code.yaml`" in docs

@@ -173,6 +173,8 @@ def _cmd_rewards_audit(args: argparse.Namespace) -> int:
     if args.depth is not None:
         recipe["stockfish_depth"] = args.depth
     funcs, weights, settings = recipe_rewards(recipe)
+    if any(getattr(f, "__name__", "") in ("code_exec", "code_format") for f in funcs):
+        return _audit_code(args, recipe, funcs, weights)
     names = [getattr(f, "__name__", type(f).__name__) for f in funcs]
     print(f"recipe {args.recipe}: rewards {', '.join(f'{n} x {w:g}' for n, w in zip(names, weights))}; "
           f"Stockfish depth {settings.depth}, nodes {settings.nodes}\n")
@@ -191,6 +193,25 @@ def _cmd_rewards_audit(args: argparse.Namespace) -> int:
         print(f"wrote {args.json}")
     return 0
 
+
+
+def _audit_code(args: argparse.Namespace, recipe: dict, funcs: list, weights: list[float]) -> int:
+    """The code branch of `rewards audit`: degenerate programs on the recipe's problems (its dataset_name)."""
+    from .data import load_recipe_dataset
+    from .rewards.code_audit import code_audit, format_code_audit
+
+    data = recipe.get("dataset_name")
+    names = [getattr(f, "__name__", type(f).__name__) for f in funcs]
+    print(f"recipe {args.recipe}: rewards {', '.join(f'{n} x {w:g}' for n, w in zip(names, weights))}; data {data}\n")
+    rows = list(load_recipe_dataset(data))
+    result = code_audit(funcs, weights, rows, n=args.n)
+    print(format_code_audit(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"recipe": args.recipe, "weights": weights, "rewards": names,
+                                               "data": data, **result}, indent=2))
+        print(f"wrote {args.json}")
+    return 0
 
 
 def _cmd_plot(args: argparse.Namespace, extra: list[str]) -> int:
@@ -322,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("recipe", help="recipe YAML: its reward_funcs, reward_weights and stockfish_* settings are used")
     g.add_argument("--data", nargs="+", default=["rookgrpo/tiny-rookworld-eval"],
                    help="RookWorld data (files, directories, packaged names); default: rookgrpo/tiny-rookworld-eval")
-    g.add_argument("--n", type=int, default=200, help="positions per task and data set (default 200)")
+    g.add_argument("--n", type=int, default=200,
+                   help="positions per task and data set (default 200); for a code recipe, problems")
     g.add_argument("--seed", type=int, default=0, help="seed of the random-legal-move answers")
     g.add_argument("--depth", type=int, default=None, help="override the recipe's stockfish_depth")
     g.add_argument("--json", default=None, help="also write the tables as JSON here")
