@@ -2,7 +2,8 @@
 
 Why: partial credit that counts passing tests pays a program that ignores its input whenever some tests happen to
 expect a constant (``False``, ``0``, ``[]``) or the input back. Measured on the 164 HumanEval problems under
-``0.5 x pass fraction``, the best such program earned 0.148 of full credit on average, more than 0 on 124 problems.
+``0.5 x pass fraction``, the best constant or echo earned 0.146 of full credit on average, more than 0 on 129 problems
+(``benchmarks/bench_code_degenerate.py``).
 In a GRPO group where no sample solves the problem, that constant then beats every honest attempt that crashes.
 
 So, per problem, a family of programs that do not compute the answer runs against its tests once (cached in memory
