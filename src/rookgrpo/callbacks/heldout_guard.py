@@ -125,16 +125,12 @@ class HeldoutGuard(RookCallback):
         """Score the starting weights from chess_eval's evaluation before the first step (logged at step 0)."""
         if self.start is None or 0 in self.score.scores:
             return
-        for entry in state.log_history:
-            value = self.score.score_of(entry) if entry.get("step") == 0 else None
-            if value is not None:
-                self.score.scores[0] = value
-                if self.last_evaluated is None:
-                    self.last_evaluated = 0
-                if self.score.better(value):
-                    self.score.take(0, value)
-                    self.best_weights = self.start
-                return
+        for step, value in self.score.update([e for e in state.log_history if e.get("step") == 0]):
+            if self.last_evaluated is None:
+                self.last_evaluated = step
+            if self.score.better(value):
+                self.score.take(step, value)
+                self.best_weights = self.start
 
     def on_train_end(self, args, state, control, **kwargs):
         self._observe_start(state)
