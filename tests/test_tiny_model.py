@@ -6,8 +6,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import SHARED_DATA
 from rookgrpo.chess.data import rookworld_row
-from rookgrpo.models.tiny_model import (SQUARES, TinyGPT2Spec, build_board_tokenizer, build_char_tokenizer, build_move_tokenizer,
-                                 build_tiny_gpt2, frequent_ranks, geometric_moves)
+from rookgrpo.models.tiny_model import (TinyGPT2Spec, build_char_tokenizer, build_move_tokenizer, build_tiny_gpt2,
+                                        geometric_moves)
 
 
 def test_tokenizer_round_trips_real_rookworld_lines():
@@ -66,52 +66,31 @@ def test_move_tokenizer_keeps_fen_ranks_and_impossible_moves_as_characters():
     assert tok.tokenize("+e2e4+e2e4 e7e5+") == ["+", "e2e4", "+", "e2e4", " ", "e7e5", "+"]
 
 
-def test_board_tokenizer_gives_listed_fen_ranks_one_token_and_round_trips_real_lines(tmp_path):
+def test_move_tokenizer_round_trips_real_lines_and_splits_them_as_training_does(tmp_path):
     path = SHARED_DATA / "rook_val_500.txt"
     if not path.exists():
         pytest.skip("shared RookWorld validation file not present")
-    lines = path.read_text().splitlines()
-    ranks = frequent_ranks(lines[:250], max_ranks=300)
-    assert 0 < len(ranks) <= 300 and "rnbqkbnr" in ranks and all(len(r) > 1 for r in ranks)
-    tok = build_board_tokenizer(ranks=ranks)
-    # Ranks spelled like a square ("b7": a bishop and seven empty squares) keep the square's token.
-    assert len(tok) == len(build_move_tokenizer()) + sum(r not in SQUARES for r in ranks)
+    tok = build_move_tokenizer()
     assert sorted(tok.get_vocab().values()) == list(range(len(tok)))
-    # Saved and loaded with the Auto class (as TRL loads it), it still splits the same way.
-    build_board_tokenizer(ranks=ranks).save_pretrained(tmp_path / "tok")
-    loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")
-    listed, n_rank_tokens, n_chars, n_chars_move = set(ranks), 0, 0, 0
-    for line in lines[250:]:  # lines whose ranks were not all counted: unlisted ranks must stay characters
+    tok.save_pretrained(tmp_path / "tok")
+    loaded = AutoTokenizer.from_pretrained(tmp_path / "tok")  # as TRL loads it
+    for line in path.read_text().splitlines()[:200]:
         row = rookworld_row(line)
         text = row["prompt"] + row["completion"]
         ids = tok(text)["input_ids"]
         assert tok.unk_token_id not in ids and tok.decode(ids) == text and loaded(text)["input_ids"] == ids
         # The A: completion starts with a FEN: alone it must split as it does after the prompt's "+".
         assert tok(row["prompt"])["input_ids"] + tok(row["completion"])["input_ids"] == ids
-        pieces = tok.convert_ids_to_tokens(ids)
-        n_rank_tokens += sum(p in listed for p in pieces)
-        n_chars, n_chars_move = n_chars + len(ids), n_chars_move + len(build_move_tokenizer()(text)["input_ids"])
-        for board in (f for f in text.replace("+", " ").split() if f.count("/") == 7):
-            for rank in (r for r in board.split("/") if len(r) > 1):  # "8" is a character token anyway
-                assert (rank in pieces) == (rank in listed), (rank, pieces)
-    # Whole games (this file) vary more than openings, and 250 lines counted few of their ranks: still shorter.
-    assert n_rank_tokens > 400 and n_chars < 0.97 * n_chars_move
 
 
-def test_board_tokenizer_refuses_what_is_not_a_rank_and_needs_ranks():
-    with pytest.raises(ValueError, match="ranks: expected FEN rank strings"):
-        build_move_tokenizer(ranks=["rnbqkbnr", "e2e4 "])
-    with pytest.raises(ValueError, match="board tokenizer needs the FEN ranks"):
-        build_board_tokenizer()
-    tok = build_board_tokenizer(ranks=["4P3", "pppppppp"])
-    # A listed rank inside a longer run of rank characters, or at a move's place, is not a rank.
-    assert tok.tokenize("4P3/4P3P 4P3+pppppppp") == ["4P3", "/", "4", "P", "3", "P", " ", "4P3", "+", "pppppppp"]
-    # Counting: most frequent first, ties in string order, once-seen ranks left out, one-character ranks never listed.
-    fens = ["P: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"] * 3 + [
-        "A: rnbqkbnr/pppppppp/8/8/3P4/8/PPP1PPPP/RNBQKBNR b KQkq - 0 1+e7e5+d2d4+"
-        "rnbqkbnr/pppp1ppp/8/4p3/3P4/8/PPP1PPPP/RNBQKBNR w KQkq - 0 2+0.001+0+0"]
-    assert frequent_ranks(fens) == ["RNBQKBNR", "rnbqkbnr", "pppppppp", "4P3", "PPPP1PPP", "3P4", "PPP1PPPP"]
-    assert frequent_ranks(fens, max_ranks=2) == ["RNBQKBNR", "rnbqkbnr"]
+def test_the_packaged_models_tokenizer_is_the_move_tokenizer_built_today(tmp_path):
+    import json
+
+    from rookgrpo.assets import TINY_ROOKWORLD
+
+    build_move_tokenizer().save_pretrained(tmp_path / "tok")
+    fresh, packaged = (json.loads((d / "tokenizer.json").read_text()) for d in (tmp_path / "tok", TINY_ROOKWORLD))
+    assert fresh["model"] == packaged["model"] and fresh["pre_tokenizer"] == packaged["pre_tokenizer"]
 
 
 def test_build_is_deterministic_and_loads_with_auto_classes(tmp_path):

@@ -11,12 +11,9 @@ character per token. The tokenizer is a real ``PreTrainedTokenizerFast`` (built 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import string
 import tempfile
-from collections import Counter
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,13 +83,7 @@ def geometric_moves() -> list[str]:
     return out
 
 
-# A FEN rank: up to eight pieces and empty-square counts, between ``/`` or spaces.
-FEN_RANK = re.compile(r"^[1-8pnbrqkPNBRQK]{1,8}$")
-# A FEN's board field (eight ranks) followed by the side to move.
-FEN_BOARD = re.compile(r"(?<![^ +])([1-8pnbrqkPNBRQK]{1,8}(?:/[1-8pnbrqkPNBRQK]{1,8}){7}) [wb] ")
-
-
-def build_move_tokenizer(charset: str = CHARSET, ranks: Sequence[str] = ()):
+def build_move_tokenizer(charset: str = CHARSET):
     """Return a ``PreTrainedTokenizerFast`` with one token per UCI move (:func:`geometric_moves`) and per character.
 
     A BPE whose merges only join a move-shaped word (:data:`MOVE_WORD`): its two squares first, then the squares
@@ -100,75 +91,27 @@ def build_move_tokenizer(charset: str = CHARSET, ranks: Sequence[str] = ()):
     stays two square tokens, so every text still round-trips; all other text is one token per character, as in
     :func:`build_char_tokenizer`.
 
-    ``ranks`` (the ``board`` tokenizer, see :func:`frequent_ranks`) adds one token per listed FEN rank string: a rank
-    written exactly so, between ``/`` or spaces, is one token, so the model reads which pieces stand where on it from
-    one embedding instead of adding up empty-square digits, and a FEN is about 15 tokens instead of about 45. A rank
-    not listed stays one token per character, so the text still round-trips. Measured on the embedded default's build
-    (with an unlikelihood term, README.md), it was worse than the move tokenizer on every held-out number but format.
-
     >>> tok = build_move_tokenizer()
     >>> tok.tokenize("1b1b4/8 M: e2e4 e7e8q a1c4+")
     ['1', 'b', '1', 'b', '4', '/', '8', ' ', 'M', ':', ' ', 'e2e4', ' ', 'e7e8q', ' ', 'a1', 'c4', '+']
-    >>> build_move_tokenizer(ranks=["rnbqkbnr", "4P3"]).tokenize("rnbqkbnr/4P3/3P4 w")
-    ['rnbqkbnr', '/', '4P3', '/', '3', 'P', '4', ' ', 'w']
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-    ranks = list(dict.fromkeys(r for r in ranks if len(r) > 1))  # one-character ranks are characters already
-    bad = [r for r in ranks if not FEN_RANK.match(r)]
-    if bad:
-        raise ValueError(f"ranks: expected FEN rank strings (pieces and digits 1-8, at most 8), got {bad[:3]}.")
     specials = [EOS_TOKEN, PAD_TOKEN, "<unk>"]
     chars = list(dict.fromkeys(charset))
     moves = geometric_moves()
     merges = [(f, r) for r in RANKS for f in FILES]  # squares
     merges += [(m[:2], m[2:4]) for m in moves if len(m) == 4]  # from + to
     merges += [(m[:4], m[4]) for m in moves if len(m) == 5]  # + promotion piece
-    # A rank such as "b7" (a bishop, seven empty squares) is spelled like a square and keeps the square's token.
-    base = specials + chars + SQUARES + moves
-    known = set(base)
-    vocab = {tok: i for i, tok in enumerate(base + [r for r in ranks if r not in known])}
-    pattern = MOVE_WORD + "|."
-    if ranks:
-        # Longest first, whole rank only (bounded by "/", a space, the A: task's "+" or the ends, so a completion that
-        # starts with a FEN splits as it does inside the whole line); a listed rank is then one word that the BPE finds
-        # in its vocabulary as it is (ignore_merges), so no square merge splits it.
-        listed = "|".join(sorted(ranks, key=lambda r: (-len(r), r)))
-        pattern = rf"(?<![^/ +\n])(?:{listed})(?![^/ +\n])|" + pattern
-        model = models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", ignore_merges=True)
-    else:
-        model = models.BPE(vocab=vocab, merges=merges, unk_token="<unk>")
+    vocab = {tok: i for i, tok in enumerate(specials + chars + SQUARES + moves)}
+    model = models.BPE(vocab=vocab, merges=merges, unk_token="<unk>")
     tok = Tokenizer(model)
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(MOVE_WORD + "|."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     return _fast(tok)
 
 
-def frequent_ranks(lines: Iterable[str], max_ranks: int = 4096, min_count: int = 2) -> list[str]:
-    """The FEN rank strings (longer than one character) most frequent in the FENs of ``lines``: most frequent first,
-    ties in string order, at most ``max_ranks``, each seen at least ``min_count`` times. Deterministic.
-
-    >>> frequent_ranks(["P: rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1",
-    ...                 "P: rnbqkbnr/pppppppp/8/8/8/5N2/PPPPPPPP/RNBQKB1R b KQkq - 1 1"])
-    ['pppppppp', 'rnbqkbnr']
-    """
-    counts: Counter[str] = Counter()
-    for line in lines:
-        for board in FEN_BOARD.findall(line):
-            counts.update(r for r in board.split("/") if len(r) > 1)
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    return [r for r, n in ranked[:max_ranks] if n >= min_count]
-
-
-def build_board_tokenizer(charset: str = CHARSET, ranks: Sequence[str] = ()):
-    """:func:`build_move_tokenizer` with one token per FEN rank in ``ranks`` (required: see :func:`frequent_ranks`)."""
-    if not ranks:
-        raise ValueError("ranks: the board tokenizer needs the FEN ranks to give tokens (rookgrpo.models.tiny_model."
-                         "frequent_ranks of the training lines).")
-    return build_move_tokenizer(charset, ranks)
-
-
-TOKENIZERS = {"char": build_char_tokenizer, "move": build_move_tokenizer, "board": build_board_tokenizer}
+TOKENIZERS = {"char": build_char_tokenizer, "move": build_move_tokenizer}
 
 
 @dataclass(frozen=True)
@@ -180,8 +123,7 @@ class TinyGPT2Spec:
     n_embd: int = 32
     n_positions: int = 512
     seed: int = 0
-    tokenizer: str = "char"  # or "move", "board": see TOKENIZERS
-    ranks: tuple[str, ...] = ()  # the board tokenizer's FEN rank tokens (frequent_ranks)
+    tokenizer: str = "char"  # or "move": see TOKENIZERS
     # GPT-2's tanh GELU as one fused kernel. transformers' GPT-2 default ("gelu_new") computes the same function in
     # Python from seven tensor ops (outputs equal to 1 ulp); on CPU, make train's fp32 GRPO step took 1.47x as long
     # with it (benchmarks/bench_precision.py, docs/benchmarks.md).
@@ -204,7 +146,7 @@ def build_tiny_gpt2(out_dir: str | os.PathLike, spec: TinyGPT2Spec = TinyGPT2Spe
         return out_dir
     if spec.tokenizer not in TOKENIZERS:
         raise ValueError(f"TinyGPT2Spec.tokenizer: expected one of {sorted(TOKENIZERS)}, got {spec.tokenizer!r}.")
-    tokenizer = TOKENIZERS[spec.tokenizer](charset, **({"ranks": spec.ranks} if spec.ranks else {}))
+    tokenizer = TOKENIZERS[spec.tokenizer](charset)
     config = GPT2Config(
         vocab_size=len(tokenizer),
         n_layer=spec.n_layer,
