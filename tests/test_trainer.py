@@ -85,7 +85,12 @@ def test_overrides_call_through_on_a_trainer_built_without_init(method, monkeypa
 
 def test_rollout_dispatch_with_a_trainer_built_without_init():
     """TRL's TestGRPORolloutDispatch, run against RookGRPOTrainer: ``_generate`` with a ``rollout_func``."""
+    import inspect
+
     import torch
+
+    if "rollout_func" not in inspect.getsource(GRPOTrainer._generate):
+        pytest.skip("this TRL's _generate has no rollout_func dispatch (the overrides' test above still runs)")
     from types import SimpleNamespace
     from unittest.mock import MagicMock
 
