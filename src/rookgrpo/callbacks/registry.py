@@ -117,7 +117,7 @@ def callback_fields(name: str) -> list[tuple[str, str, str]]:
     section of its docstring (what ``rookgrpo callbacks NAME`` prints and docs/reference.md tabulates).
 
     >>> callback_fields("kl_cap")
-    [('max_token_kl', '10.0', 'the largest k3 KL term (exp(r) - r - 1) one token may contribute, in nats; > 0.')]
+    [('max_token_kl', '10.0', 'the largest k3 KL term (`exp(r) - r - 1`) one token may contribute, in nats; > 0.')]
     """
     cls = _lookup(name)
     doc = inspect.getdoc(cls) or ""
@@ -135,7 +135,7 @@ def callback_fields(name: str) -> list[tuple[str, str, str]]:
         if param.kind == param.VAR_POSITIONAL:
             continue
         key = next((k for k in meanings if param.name in (x.strip() for x in k.split(","))), None)
-        meaning = meanings.get(key, "").replace("``", "") if key else ""
+        meaning = meanings.get(key, "").replace("``", "`") if key else ""
         if param.kind == param.VAR_KEYWORD:
             rows.append((f"**{param.name}", "", meaning))
         else:
