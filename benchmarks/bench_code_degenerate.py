@@ -39,10 +39,6 @@ HELD_OUT_TRANSFORMS = ["return a[0][:1]", "return type(a[0])()", "return sorted(
 ECHOES = ("a[0]", "a[-1]", "a[1]", "list(a)")  # the filter family's expressions that hand the input back
 
 
-def fence(code: str) -> str:
-    return f"```python\n{code}\n```"
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
@@ -62,7 +58,7 @@ def main(argv=None) -> dict:
     pool = get_pool(reward.workers, reward.limits)
     specs = [_spec(r["tests"]) for r in rows]
     start = time.perf_counter()
-    reward.trivial_tests(specs, pool)
+    tables = reward.trivial_tests(specs, pool)
     table_seconds = time.perf_counter() - start
     programs: list[tuple[int, str, str]] = []  # (problem, group, program)
     for p, (row, spec) in enumerate(zip(rows, specs)):
@@ -91,7 +87,7 @@ def main(argv=None) -> dict:
 
     scores: dict[str, dict[int, list[tuple[float, float]]]] = {}
     for (p, group, _), v in zip(programs, verdicts):
-        scores.setdefault(group, {}).setdefault(p, []).append((old(v), reward._score(v, specs[p])))
+        scores.setdefault(group, {}).setdefault(p, []).append((old(v), reward._score(v, tables[p])))
     rows_out = []
     summary = {}
     for group in ("constants and echoes", "simple transforms", "canonical", "mutated canonical"):
@@ -125,7 +121,7 @@ def main(argv=None) -> dict:
         summary[group] = stats
     table = "\n".join(["| programs | `0.5 x pass fraction` (before) | `0.5 x non-trivial pass fraction` (now) | n |",
                        "| --- | --- | --- | --- |", *rows_out])
-    trivial_counts = [len(t) for t in reward.trivial_tests(specs, pool)]
+    trivial_counts = [len(t) for t in tables]
     result = {
         "title": f"Code reward: what degenerate programs earn on {len(rows)} HumanEval problems, before and now",
         "description": f"Each program run once against its problem's tests through the runner pool and scored both "

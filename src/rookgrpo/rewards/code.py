@@ -98,10 +98,10 @@ class CodeExec:
         if not jobs:
             return scores
         pool = get_pool(self.workers, self.limits)
-        if not (self.binary or self.partial_credit == 0):
-            self.trivial_tests([spec for _, spec in jobs], pool)
-        for (_, spec), owner, verdict in zip(jobs, owners, pool.map(jobs)):
-            scores[owner] = self._score(verdict, spec)
+        tables = self.trivial_tests([spec for _, spec in jobs], pool) \
+            if not (self.binary or self.partial_credit == 0) else [frozenset()] * len(jobs)
+        for table, owner, verdict in zip(tables, owners, pool.map(jobs)):
+            scores[owner] = self._score(verdict, table)
         return scores
 
     def check_rows(self, dataset) -> None:
@@ -143,25 +143,19 @@ class CodeExec:
                     trivial.store_cached(spec, table, verdict.variant_passed_ids)
         return [self._trivial[key] for key in keys]
 
-    def _score(self, verdict, spec: dict | None = None) -> float:
+    def _score(self, verdict, trivial: frozenset[int] = frozenset()) -> float:
+        """The reward of one verdict, given its problem's trivial tests (:meth:`trivial_tests`)."""
         if verdict.timed_out or not verdict.loaded or verdict.counted == 0:
             return 0.0
         if verdict.passed == verdict.counted:
             return 1.0
         if self.binary or self.partial_credit == 0 or verdict.constant or verdict.echo:
             return 0.0
-        trivial = self._trivial.get(_trivial_key(spec), frozenset()) if spec is not None else frozenset()
         counted = [i for i in verdict.counted_ids if i not in trivial]
         if not counted:
             return 0.0
         passed = sum(i not in trivial for i in verdict.passed_ids)
         return self.partial_credit * passed / len(counted)
-
-
-def _trivial_key(spec: dict) -> str:
-    from ..code.trivial import spec_key
-
-    return spec_key(spec)
 
 
 @functools.lru_cache(maxsize=4096)
