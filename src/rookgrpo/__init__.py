@@ -13,6 +13,7 @@ BUILTIN_CALLBACKS = {
     "advantage_weights": ("advantage_weights", "AdvantageWeights"),
     "chess_eval": ("chess_eval", "ChessEval"),
     "diagnostics": ("diagnostics", "Diagnostics"),
+    "doctor": ("doctor", "Doctor"),
     "heldout_guard": ("heldout_guard", "HeldoutGuard"),
     "kl_cap": ("kl_cap", "KLCap"),
     "prompt_selection": ("selection", "PromptSelection"),

@@ -313,6 +313,24 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
+    import json
+
+    from .doctor import diagnose, load_history
+    from .doctor.report import format_report, plot_findings
+
+    history = load_history(args.run)
+    findings, skipped = diagnose(history)
+    if args.json:
+        print(json.dumps({"source": history.source, "findings": [f.to_dict() for f in findings], "skipped": skipped},
+                         indent=1))
+    else:
+        print(format_report(history, findings, skipped), end="")
+    if args.plot:
+        print(f"wrote {plot_findings(history, findings, args.plot)}", file=sys.stderr if args.json else sys.stdout)
+    return 1 if args.strict and findings else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rookgrpo", description="GRPO with TRL: chess and code rewards, recipes.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -386,6 +404,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="PNG path (default RUN_DIR/training_curves.png)")
     p.add_argument("--metric", default="reward", help="metric for the text curve (default: reward)")
     p.set_defaults(func=_cmd_plot, allow_extra=False)
+    p = sub.add_parser("doctor", help="name every way a finished GRPO run failed, from its logs (any TRL run)")
+    p.add_argument("run", help="a run's output_dir, its trainer_state.json, a .jsonl log or a TensorBoard log folder")
+    p.add_argument("--plot", default=None, metavar="PNG", help="also draw the curves with the findings marked")
+    p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--strict", action="store_true", help="exit with status 1 when there is a finding (for CI)")
+    p.set_defaults(func=_cmd_doctor, allow_extra=False)
     return parser
 
 

@@ -48,6 +48,8 @@ class RookGRPOTrainer(GRPOTrainer):
     _log_hooks: tuple | list = ()
     _loss_hooks: tuple | list = ()
     _extra_loss_hooks: tuple | list = ()
+    _training_loss_hooks: tuple | list = ()
+    grad_norm_before_clip = None  # the last optimizer step's gradient norm before clipping (None: not clipped)
     _replacement_hooks: tuple | list = ()
     _sampler_hook = None
     _weights_hook = None
@@ -116,6 +118,8 @@ class RookGRPOTrainer(GRPOTrainer):
         self._loss_hooks = [cb for cb in callbacks if cb.implements("on_loss_logps")]
         # Terms added to each training loss (sft_anchor), each already scaled for gradient accumulation.
         self._extra_loss_hooks = [cb for cb in callbacks if cb.implements("extra_loss")]
+        # Observers of each whole training loss before its backward pass (doctor's KL gradient).
+        self._training_loss_hooks = [cb for cb in callbacks if cb.implements("on_training_loss")]
         self._sampler_hook = next((cb for cb in callbacks if cb.implements("make_sampler")), None)
         self._weights_hook = next((cb for cb in callbacks if cb.implements("replacement_weights")), None)
         self._replacement_hooks = [cb for cb in callbacks if cb.implements("observe_replacements")]
@@ -212,7 +216,17 @@ class RookGRPOTrainer(GRPOTrainer):
             term = hook.extra_loss(self, model)
             if term is not None:
                 loss = loss + term
+        if self._training_loss_hooks and torch.is_grad_enabled() and model.training:
+            for hook in self._training_loss_hooks:
+                hook.on_training_loss(self, model, loss)
         return loss
+
+    def _clip_grad_norm(self, model):
+        """transformers' clipping; the norm before clipping is kept (``grad_norm_before_clip``) so a callback at
+        ``on_pre_optimizer_step`` can undo the clip factor on the gradients it reads."""
+        norm = super()._clip_grad_norm(model)
+        self.grad_norm_before_clip = norm
+        return norm
 
     def _score_rows(self, rows: list[dict]):
         """Generate and score extra rows with TRL's own code; returns (scored batch, gathered rewards per func)."""

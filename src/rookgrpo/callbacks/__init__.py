@@ -10,6 +10,7 @@ from .advantage_weights import AdvantageWeights
 from .base import HOOKS, RookCallback
 from .chess_eval import ChessEval
 from .diagnostics import Diagnostics
+from .doctor import Doctor
 from .heldout_guard import HeldoutGuard
 from .kl_cap import KLCap
 from .reference_credit import ReferenceCredit

@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 #: The optional hooks, in the order a training step reaches them. The trainer registers a callback for a hook only
 #: where the callback's class overrides it.
 HOOKS = ("make_sampler", "on_scored_batch", "replacement_weights", "observe_replacements", "on_loss_logps",
-         "extra_loss", "before_log")
+         "extra_loss", "on_training_loss", "before_log")
 
 
 class RookCallback(TrainerCallback):
@@ -42,6 +42,7 @@ class RookCallback(TrainerCallback):
       it drew (callbacks that keep a per-prompt history).
     - :meth:`on_loss_logps`: each loss's own policy log-probs (``kl_cap``).
     - :meth:`extra_loss`: a term added to each training loss (``sft_anchor``).
+    - :meth:`on_training_loss`: each training loss, whole, before its backward pass (``doctor``'s KL gradient).
     - :meth:`before_log`: values added to each log entry (``diagnostics``).
 
     Example:
@@ -128,6 +129,10 @@ class RookCallback(TrainerCallback):
     def extra_loss(self, trainer: Any, model: Any) -> Any:
         """A term added to each training loss, already scaled for gradient accumulation, or ``None``."""
         return None
+
+    def on_training_loss(self, trainer: Any, model: Any, loss: Any) -> None:
+        """Each training loss (a micro-batch's, extra terms included, graph attached) before the trainer's backward
+        pass on it; not called for evaluation losses."""
 
     def before_log(self, trainer: Any, logs: dict) -> None:
         """Add values to each log entry before TRL writes it."""

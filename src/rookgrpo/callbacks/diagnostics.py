@@ -15,6 +15,9 @@ Logged (averaged over the logging window like TRL's own metrics):
   ``compile/graphs``: graphs ``torch.compile`` compiled during the step (logged once it has compiled any).
 - ``groups/identical_frac``: share of groups whose completions are all the same token sequence (the policy or the
   sampling settings leave no room to explore; such a group has no reward spread).
+- ``groups/flat_best_frac``, ``groups/flat_worst_frac``: share of the optimised batch's groups that are flat (every
+  completion the same combined reward) at the highest combined reward any completion has earned so far in the run
+  (all pass: too easy) or at the lowest (all fail: too hard). The doctor's zero-std finding splits by them.
 - ``loss/kl_share``: share of the loss magnitude that comes from the KL term, ``beta·kl / (|loss − beta·kl| +
   beta·kl)``, using TRL's per-token ``kl``. Near 1 the KL penalty dominates and the policy is pulled back to the
   reference instead of towards reward (published RookWorld runs: ~0.95 at beta 0.1). Logged for the loss types that
@@ -39,7 +42,7 @@ import time
 
 import torch
 
-from ..dynamics.batch import loss_mask
+from ..dynamics.batch import combined_rewards, loss_mask, zero_std_groups
 from ..dynamics.phases import dynamo_graphs
 from .base import RookCallback
 from .registry import register_callback
@@ -230,6 +233,7 @@ class Diagnostics(RookCallback):
         self._graphs_at_start = 0
         self._steps: list[float] = []  # durations of the steps after the first (for the median)
         self._first_step: float | None = None
+        self._reward_range: tuple[float, float] | None = None  # lowest and highest combined reward so far
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
@@ -259,6 +263,7 @@ class Diagnostics(RookCallback):
         metrics["groups/identical_frac"].append(share)
         if mode != "train":
             return
+        self._flat_split(trainer, scored, G, metrics)
         step = trainer.state.global_step
         if loss_tokens == 0:
             self._warn("no_tokens", step, NO_TOKENS_HELP)
@@ -275,6 +280,28 @@ class Diagnostics(RookCallback):
         for name, center, spread, n in saturated_rewards(scored.rewards_per_func, trainer.reward_func_names):
             self._warn(f"saturated:{name}", step, SATURATED_HELP.format(name=name, n=n, spread=spread, center=center,
                                                                         ratio=spread / abs(center)))
+
+    def _flat_split(self, trainer, scored, G: int, metrics) -> None:
+        """Log the shares of groups flat at the best and at the worst combined reward seen so far (the rewards are
+        gathered from every process, so every process computes the same shares)."""
+        rpf = scored.rewards_per_func
+        if rpf is None or rpf.numel() == 0 or rpf.size(0) % G:
+            return
+        weights = trainer.reward_weights.to(rpf.device)
+        totals = combined_rewards(rpf, weights)
+        finite = totals[~torch.isnan(totals)]
+        if finite.numel() == 0:
+            return
+        low, high = finite.min().item(), finite.max().item()
+        if self._reward_range is not None:
+            low, high = min(low, self._reward_range[0]), max(high, self._reward_range[1])
+        self._reward_range = (low, high)
+        flat = zero_std_groups(rpf, weights, G)
+        value = totals.view(-1, G).nanmean(dim=1)
+        eps = 1e-6 * max(1.0, abs(high), abs(low))
+        groups = max(flat.numel(), 1)
+        metrics["groups/flat_best_frac"].append((flat & (value >= high - eps)).sum().item() / groups)
+        metrics["groups/flat_worst_frac"].append((flat & (value <= low + eps)).sum().item() / groups)
 
     def _check_truncation(self, step: int, share: float, args) -> None:
         """Warns when ``share`` (of the batch's completions cut off) reaches ``truncated_warn_frac``: as a limit too
@@ -357,6 +384,7 @@ class Diagnostics(RookCallback):
 
     def state_dict(self) -> dict:
         return {"last_warned": self._last_warned, "held_back": self._held_back,
+                "reward_range": list(self._reward_range) if self._reward_range else None,
                 "first_truncated": list(self._first_truncated) if self._first_truncated else None}
 
     def load_state_dict(self, state: dict) -> None:
@@ -364,3 +392,5 @@ class Diagnostics(RookCallback):
         self._held_back = {k: int(v) for k, v in state.get("held_back", {}).items()}
         first = state.get("first_truncated")  # absent in checkpoints written before it was kept
         self._first_truncated = (int(first[0]), float(first[1])) if first else None
+        rng = state.get("reward_range")
+        self._reward_range = (float(rng[0]), float(rng[1])) if rng else None

@@ -1,0 +1,175 @@
+"""``doctor``: run the doctor's detectors while training, warn once per finding, and stop the run on the ones named.
+
+Why: the runs rookgrpo's users lost days to "did nothing" or got worse, and the numbers that said so were in the
+logs all along (KL at most of the update, a held-out metric falling while the reward rose, components carrying no
+spread). This callback reads the same log history ``rookgrpo doctor RUN`` reads after the fact
+(:mod:`rookgrpo.doctor.detectors`), after every ``check_every``-th log, and says each new finding once, with its
+cause and fix. With ``halt_on`` it ends the run on the named findings, saving a checkpoint first.
+
+It also measures what the logged numbers cannot say: every ``kl_grad_every`` optimizer steps, how much of the update
+the KL term makes (:mod:`rookgrpo.dynamics.kl_grad`): ``loss/kl_grad_share``, ``grad/kl_norm``,
+``grad/policy_norm``, ``grad/kl_policy_cos``, in the next log. At the end it writes ``doctor.json`` (findings and
+skipped detectors) into the output directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+
+from ..errors import ConfigError
+from .base import RookCallback
+from .registry import register_callback
+
+logger = logging.getLogger("rookgrpo.doctor")
+
+
+def finding_kinds() -> list[str]:
+    """Every kind of finding the detectors can report (what ``halt_on`` may name)."""
+    from ..doctor.detectors import KINDS
+
+    return list(KINDS)
+
+
+@register_callback("doctor")
+class Doctor(RookCallback):
+    """Detect the ways a GRPO run fails from its logs, live (see the module docstring and ``rookgrpo doctor``).
+
+    Args:
+        check_every: run the detectors after every this many training logs.
+        kl_grad_every: measure the KL term's share of the gradient every this many optimizer steps (0: never). Costs
+            one extra backward pass on those steps.
+        halt_on: finding kinds that stop the run (a checkpoint is saved first), e.g. ``[nonfinite, heldout_drop]``.
+        thresholds: overrides of :class:`rookgrpo.doctor.Thresholds` fields, e.g. ``{entropy_drop: 0.3}``.
+        report: file name of the findings written into ``output_dir`` at the end (``null``: none).
+
+    Example::
+
+        >>> from rookgrpo.callbacks import resolve_callback
+        >>> cb = resolve_callback({"doctor": {"halt_on": ["nonfinite"], "thresholds": {"entropy_drop": 0.3}}})
+        >>> type(cb).__name__, cb.halt_on, cb.thresholds.entropy_drop
+        ('Doctor', ['nonfinite'], 0.3)
+    """
+
+    state_key = "doctor"
+
+    def __init__(self, check_every: int = 1, kl_grad_every: int = 10, halt_on: Sequence[str] = (),
+                 thresholds: Mapping | None = None, report: str | None = "doctor.json"):
+        from ..doctor import Thresholds
+
+        if int(check_every) < 1:
+            raise ConfigError(f"doctor.check_every: got {check_every}; it must be >= 1 (logs between checks).")
+        if int(kl_grad_every) < 0:
+            raise ConfigError(f"doctor.kl_grad_every: got {kl_grad_every}; it must be >= 0 (0 turns it off).")
+        if isinstance(halt_on, str):
+            halt_on = [halt_on]
+        unknown = [k for k in halt_on if k not in finding_kinds()]
+        if unknown:
+            raise ConfigError(f"doctor.halt_on: unknown finding kind(s) {unknown}; kinds: {', '.join(finding_kinds())}.")
+        fields = {f.name for f in dataclasses.fields(Thresholds)}
+        bad = sorted(set(thresholds or {}) - fields)
+        if bad:
+            raise ConfigError(f"doctor.thresholds: unknown field(s) {bad}; fields: {', '.join(sorted(fields))}.")
+        self.check_every, self.kl_grad_every = int(check_every), int(kl_grad_every)
+        self.halt_on = list(halt_on)
+        self.thresholds = Thresholds(**dict(thresholds or {}))
+        self.report = report
+        self.reported: dict[str, dict] = {}  # finding key -> the finding when first said
+        self.halted: str | None = None
+        self._logs = 0
+        self._pending: list[dict] = []
+        self.meter = None
+
+    def bind(self, trainer) -> None:
+        super().bind(trainer)
+        if not self.thresholds.reward_weights:
+            weights = getattr(trainer, "reward_weights", None)
+            if weights is not None:
+                self.thresholds.reward_weights = {n: float(w) for n, w in zip(trainer.reward_func_names, weights.tolist())}
+        if self.kl_grad_every:
+            from ..dynamics.kl_grad import KLGradMeter
+
+            self.meter = KLGradMeter(trainer)
+
+    # ---- the KL gradient ------------------------------------------------------------------------------------------
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.meter is not None and state.global_step % self.kl_grad_every == 0:
+            self.meter.begin_step()
+
+    def on_loss_logps(self, trainer, inputs, per_token_logps) -> None:
+        if self.meter is not None and self.meter.measuring and trainer.model.training:
+            self.meter.swap_beta()
+
+    def on_training_loss(self, trainer, model, loss) -> None:
+        if self.meter is not None:
+            self.meter.after_loss(loss)
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if self.meter is not None and self.meter.measuring:
+            values = self.meter.finish()
+            if values:
+                self._pending.append(values)
+
+    def before_log(self, trainer, logs: dict) -> None:
+        if self._pending and "loss" in logs:
+            for name in self._pending[0]:
+                logs[name] = sum(v[name] for v in self._pending) / len(self._pending)
+            self._pending = []
+
+    # ---- the detectors --------------------------------------------------------------------------------------------
+
+    def _check(self, state):
+        from ..doctor import History, diagnose
+
+        findings, skipped = diagnose(History(state.log_history, "live"), self.thresholds)
+        return findings, skipped
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "loss" not in logs and not any(k.startswith(("heldout/", "eval_")) for k in logs):
+            return
+        self._logs += 1
+        if self._logs % self.check_every:
+            return
+        findings, _ = self._check(state)
+        main = self.trainer.accelerator.is_main_process
+        for finding in findings:
+            if finding.key in self.reported:
+                continue
+            self.reported[finding.key] = finding.to_dict()
+            if main:
+                logger.warning("doctor: %s", finding.line())
+            if finding.kind in self.halt_on and self.halted is None:
+                self.halted = finding.key
+                control.should_training_stop = True
+                control.should_save = True
+                if main:
+                    logger.warning("doctor: stopping the run at step %d on %s (halt_on); a checkpoint is saved.",
+                                   state.global_step, finding.kind)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.meter is not None:
+            self.meter.restore()
+        findings, skipped = self._check(state)
+        if not self.trainer.accelerator.is_main_process:
+            return
+        if self.report and args.output_dir:
+            os.makedirs(args.output_dir, exist_ok=True)
+            with open(os.path.join(args.output_dir, self.report), "w") as f:
+                json.dump({"findings": [x.to_dict() for x in findings], "skipped": skipped, "halted_on": self.halted},
+                          f, indent=1)
+        kinds = sorted({x.kind for x in findings})
+        logger.warning("doctor: %d finding(s) at the end of training%s%s", len(findings),
+                       f" ({', '.join(kinds)})" if kinds else "",
+                       f"; details in {os.path.join(args.output_dir, self.report)}" if self.report and args.output_dir else "")
+
+    def state_dict(self) -> dict:
+        return {"reported": self.reported, "halted": self.halted, "logs": self._logs}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.reported = dict(state.get("reported", {}))
+        self.halted = state.get("halted")
+        self._logs = int(state.get("logs", 0))

@@ -1,0 +1,535 @@
+"""The doctor's detectors: each reads a run's logged curves and names one way a GRPO run fails, with its cause and fix.
+
+Every detector judges a curve against the run's own start and trend (:mod:`rookgrpo.doctor.stats`), not against
+fixed floors that misfire on small models, and needs :attr:`Thresholds.min_points` logged points before it speaks.
+A detector whose metrics were not logged is listed as skipped, with the metric it needed.
+
+Which batch a metric describes: TRL's ``reward``, ``reward_std``, ``frac_reward_zero_std`` and ``rewards/*`` describe
+the batch as generated; with ``zero_std_resampling`` the ``optimised/*`` copies describe the batch that was optimised
+(which is what the KL-only detector reads). ``heldout/*`` (``chess_eval``) and ``eval_*`` describe held-out rows.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from ..dynamics.heldout import HeldoutScore
+from . import stats
+from .history import History
+
+
+@dataclass
+class Thresholds:
+    """What counts as a finding. Shares are of logged points; ratios are against the run's own start."""
+
+    min_points: int = 8  #: logged points a curve needs before a detector judges it
+    entropy_drop: float = 0.5  #: entropy below this share of its start, with a falling trend
+    kl_accel: float = 3.0  #: KL's slope over the second half this many times the first half's
+    kl_floor: float = 0.05  #: ... and per-token KL above this (nats), for a runaway
+    kl_grad_share: float = 0.5  #: the KL term's share of the gradient (``loss/kl_grad_share``) above this
+    grad_zero_share: float = 0.2  #: share of logged steps with a gradient norm of exactly 0
+    grad_growth: float = 10.0  #: gradient norm's end this many times its start, with a rising trend
+    clip_share: float = 0.2  #: share of tokens clipped (ratio outside the trust region)
+    clip_asymmetry: float = 3.0  #: one side clipped this many times the other
+    length_growth: float = 1.5  #: mean completion length's end this many times its start
+    length_reward_corr: float = 0.6  #: rank correlation of length with reward, for "lengthening to earn reward"
+    truncated_share: float = 0.5  #: share of completions cut off at max_completion_length
+    plateau_points: int = 20  #: logged points before a flat reward counts as a plateau
+    component_dead: float = 0.02  #: a reward component's share of the summed per-component variance below this
+    component_whole: float = 0.95  #: ... or above this, with 2+ components
+    zero_std_share: float = 0.5  #: share of groups whose completions all earned the same reward
+    kl_only_share: float = 0.25  #: share of flat groups in the optimised batch, with beta > 0
+    heldout_sigmas: float = 2.0  #: held-out fall beyond this many noise standard deviations (of a difference)
+    reward_weights: dict[str, float] = field(default_factory=dict)  #: reward name -> weight (default 1)
+
+
+@dataclass
+class Finding:
+    """One failure the doctor found: what, over which steps, why, and what to change.
+
+    ``kind`` names the detector's finding (``halt_on`` names kinds); ``subject`` the metric or reward it is about.
+    """
+
+    kind: str
+    title: str
+    first_step: int
+    last_step: int
+    message: str
+    severity: str = "warning"
+    subject: str = ""
+    values: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:{self.subject}" if self.subject else self.kind
+
+    def line(self) -> str:
+        span = f"step {self.first_step}" if self.first_step == self.last_step else f"steps {self.first_step}-{self.last_step}"
+        return f"[{self.severity}] {self.title} ({span}): {self.message}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+#: Every kind of finding, in report order (the ``doctor`` callback's ``halt_on`` names these).
+KINDS = ("nonfinite", "zero_gradient", "grad_growth", "grad_spike", "entropy_collapse", "kl_runaway", "kl_spike",
+         "kl_dominates", "clipping", "clip_asymmetry", "length_hacking", "truncation", "reward_plateau",
+         "reward_decline", "reward_dead", "reward_dominant", "zero_std", "kl_only_groups", "heldout_drop")
+
+Detector = Callable[[History, Thresholds], list[Finding]]
+#: kind(s) -> detector, in report order; ``needs`` names the metrics each reads (for the skipped list).
+DETECTORS: dict[str, tuple[Detector, tuple[str, ...]]] = {}
+
+
+def detector(*needs: str):
+    def register(fn: Detector) -> Detector:
+        DETECTORS[fn.__name__.removeprefix("detect_")] = (fn, needs)
+        return fn
+    return register
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+# ---- numbers gone wrong ------------------------------------------------------------------------------------------
+
+@detector("loss", "grad_norm", "reward")
+def detect_nonfinite(h: History, t: Thresholds) -> list[Finding]:
+    names = ["loss", "grad_norm", "reward", "kl", "entropy"] + sorted(
+        n for n in h.names() if n.startswith("rewards/") and n.endswith("/mean"))
+    out = []
+    for name in names:
+        steps, values = h.curve(name, finite=False)
+        bad = [s for s, v in zip(steps, values) if v != v or v in (float("inf"), float("-inf"))]
+        if bad:
+            out.append(Finding(
+                "nonfinite", f"{name} is NaN or infinite", bad[0], bad[-1], severity="critical", subject=name,
+                values={"steps": len(bad)},
+                message=f"{name} was NaN/inf at {len(bad)} logged step(s), first at step {bad[0]}. Likely cause: "
+                        "an update that diverged (learning rate too high, no gradient clipping, fp16 overflow) or a "
+                        "reward that returned NaN for a completion. Fix: lower learning_rate, keep max_grad_norm > 0, "
+                        "use bf16 over fp16, and make every reward return its floor, not NaN, on a bad completion."))
+    return out
+
+
+@detector("grad_norm")
+def detect_gradients(h: History, t: Thresholds) -> list[Finding]:
+    steps, g = h.curve("grad_norm")
+    if len(g) < t.min_points:
+        return []
+    out = []
+    zero = [s for s, v in zip(steps, g) if v == 0.0]
+    if len(zero) >= 2 and len(zero) / len(g) >= t.grad_zero_share:
+        _, losses = h.curve("loss")
+        zero_loss = sum(1 for v in losses if v == 0.0)
+        out.append(Finding(
+            "zero_gradient", "steps with an exactly-zero gradient", zero[0], zero[-1], subject="grad_norm",
+            values={"zero_steps": len(zero), "logged": len(g), "zero_loss": zero_loss},
+            message=f"{len(zero)} of {len(g)} logged steps had a gradient norm of exactly 0 ({zero_loss} a loss of "
+                    "exactly 0): the weights did not move on them. Likely cause: every advantage of the batch was 0 "
+                    "(every completion of each prompt earned the same reward) and beta is 0, or every completion was "
+                    "masked out of the loss. Fix: add zero_std_resampling, give the reward partial credit, train on "
+                    "prompts the model sometimes solves, or raise the sampling temperature."))
+    start, end = statistics.median(stats.head(g)), statistics.median(stats.tail(g))
+    z, p = stats.mann_kendall(g)
+    if start > 0 and end >= t.grad_growth * start and z > 0 and p < 0.01:
+        first = next(s for s, v in zip(steps, g) if v >= 3 * start)
+        out.append(Finding(
+            "grad_growth", "gradient norm growing without bound", first, steps[-1], severity="critical",
+            subject="grad_norm", values={"start": start, "end": end},
+            message=f"the gradient norm rose from {_fmt(start)} at the start to {_fmt(end)} at the end "
+                    f"({end / start:.0f}x, Mann-Kendall z {z:.1f}): the updates are diverging. Likely cause: a "
+                    "learning rate too high for the model, or an objective the policy can push without limit. "
+                    "Fix: lower learning_rate (and warm it up), keep max_grad_norm > 0, raise beta."))
+    idx = stats.spikes(g)
+    if idx:
+        out.append(Finding(
+            "grad_spike", "gradient-norm spikes", steps[idx[0]], steps[idx[-1]], subject="grad_norm",
+            values={"spikes": len(idx), "largest": max(g[i] for i in idx)},
+            message=f"{len(idx)} spike(s) in the gradient norm (at step(s) "
+                    f"{', '.join(str(steps[i]) for i in idx[:5])}{'...' if len(idx) > 5 else ''}; largest "
+                    f"{_fmt(max(g[i] for i in idx))}, against a median of {_fmt(statistics.median(g))}). Likely "
+                    "cause: a batch with extreme advantages or a few tokens with extreme log-ratios. Fix: keep "
+                    "max_grad_norm > 0 (the logged norm is before clipping), lower learning_rate, use scale_rewards: "
+                    "batch or none, and look at the completions of those steps."))
+    return out
+
+
+# ---- the policy -------------------------------------------------------------------------------------------------
+
+@detector("entropy")
+def detect_entropy(h: History, t: Thresholds) -> list[Finding]:
+    steps, e = h.curve("entropy")
+    if len(e) < t.min_points:
+        return []
+    # The start is the first logged step's entropy: the policy before (almost) any update; a collapse can take one step.
+    start, end = e[0], statistics.median(stats.tail(e))
+    z, p = stats.mann_kendall(e)
+    if start <= 0 or end >= t.entropy_drop * start or not (z < 0 and p < 0.01 or end < 0.2 * start):
+        return []
+    first = next((s for s, v in zip(steps, e) if v < (1 + t.entropy_drop) / 2 * start), steps[-1])
+    return [Finding(
+        "entropy_collapse", "entropy collapse", first, steps[-1], subject="entropy",
+        values={"start": start, "end": end},
+        message=f"the policy's per-token entropy fell from {_fmt(start)} to {_fmt(end)} nats ({end / start:.0%} of "
+                f"its start; Mann-Kendall z {z:.1f}): the policy is sharpening onto a few answers and stops "
+                "exploring, so groups turn identical and advantages vanish. Likely cause: a learning rate too high, "
+                "positive advantages concentrating mass on one answer. Fix: lower learning_rate, raise the sampling "
+                "temperature, add entropy_coef (or use_adaptive_entropy), or raise beta.")]
+
+
+@detector("kl")
+def detect_kl(h: History, t: Thresholds) -> list[Finding]:
+    steps, k = h.curve("kl")
+    if len(k) < t.min_points:
+        return []
+    out = []
+    half = len(k) // 2
+    s1 = stats.theil_sen(steps[:half], k[:half])
+    s2 = stats.theil_sen(steps[half:], k[half:])
+    z, p = stats.mann_kendall(k[half:])
+    end = statistics.median(stats.tail(k))
+    if z > 0 and p < 0.01 and s2 > t.kl_accel * max(s1, 0.0) and s2 > 0 and end > t.kl_floor:
+        out.append(Finding(
+            "kl_runaway", "KL runaway", steps[half], steps[-1], severity="critical", subject="kl",
+            values={"slope_first_half": s1, "slope_second_half": s2, "end": end},
+            message=f"the KL to the reference rose to {_fmt(end)} nats/token, {s2 / max(s1, 1e-12):.1f}x faster over "
+                    f"the second half of the run than over the first (Mann-Kendall z {z:.1f}): the policy is "
+                    "leaving the reference at an accelerating pace. Likely cause: a learning rate too high, or beta "
+                    "too weak for the reward's scale. Fix: lower learning_rate, raise beta or add adaptive_beta "
+                    "(target_kl), and restart from a checkpoint saved before the rise."))
+    idx = stats.spikes(k)
+    idx = [i for i in idx if i + 1 >= len(k) or k[i + 1] < k[i] / 2]  # transient: the next point comes back down
+    if idx:
+        out.append(Finding(
+            "kl_spike", "KL spikes", steps[idx[0]], steps[idx[-1]], subject="kl",
+            values={"spikes": len(idx), "largest": max(k[i] for i in idx)},
+            message=f"{len(idx)} spike(s) in KL (at step(s) {', '.join(str(steps[i]) for i in idx[:5])}; largest "
+                    f"{_fmt(max(k[i] for i in idx))} against a median of {_fmt(statistics.median(k))}). Likely cause: "
+                    "a few completions the policy now finds far less likely than the reference did (rare tokens, a "
+                    "changed format). Fix: the kl_cap callback (caps per-token log-ratios), a lower learning rate."))
+    return out
+
+
+@detector("loss/kl_grad_share")
+def detect_kl_dominates(h: History, t: Thresholds) -> list[Finding]:
+    steps, share = h.curve("loss/kl_grad_share")
+    if len(share) < 3:
+        return []
+    late = share[len(share) // 2:]
+    med = statistics.median(late)
+    if med < t.kl_grad_share:
+        return []
+    _, cos = h.curve("grad/kl_policy_cos")
+    cos_text = f"; the two gradients' cosine {_fmt(statistics.median(cos[len(cos) // 2:]))}" if cos else ""
+    return [Finding(
+        "kl_dominates", "the KL term moves the weights more than the reward", steps[len(share) // 2], steps[-1],
+        subject="loss/kl_grad_share", values={"median": med},
+        message=f"beta·KL's gradient was {med:.0%} of the update's (median of the second half, "
+                f"loss/kl_grad_share{cos_text}): the policy is pulled back to the reference more than towards reward. "
+                "Likely cause: beta too high for the reward's scale, or advantages mostly zero (flat groups) so that "
+                "only the KL term moves the policy. Fix: lower beta (or adaptive_beta with a higher target_kl), "
+                "zero_std_resampling for flat groups, or scale the rewards up.")]
+
+
+@detector("clip_ratio/region_mean")
+def detect_clipping(h: History, t: Thresholds) -> list[Finding]:
+    steps, region = h.curve("clip_ratio/region_mean")
+    if len(region) < t.min_points or not any(region):
+        return []  # the ratio is 1 (fully on-policy): nothing is ever clipped
+    out = []
+    med = statistics.median(stats.tail(region))
+    if med >= t.clip_share:
+        out.append(Finding(
+            "clipping", "many tokens clipped", steps[0], steps[-1], subject="clip_ratio/region_mean",
+            values={"median": med},
+            message=f"{med:.0%} of completion tokens were clipped at the trust region (median of the last quarter): "
+                    "their gradient is zero, so most of the batch does not teach. Likely cause: the policy moves too "
+                    "far between generation and update (num_iterations, steps_per_generation, a high learning rate, "
+                    "vLLM's sampler off the trainer's). Fix: lower learning_rate or num_iterations, or widen "
+                    "epsilon/epsilon_high."))
+    _, low = h.curve("clip_ratio/low_mean")
+    _, high = h.curve("clip_ratio/high_mean")
+    if low and high:
+        lo, hi = statistics.fmean(low), statistics.fmean(high)
+        big, small, side = (lo, hi, "low") if lo > hi else (hi, lo, "high")
+        if big >= 0.02 and big >= t.clip_asymmetry * max(small, 1e-12):
+            what = ("negative-advantage tokens the policy already made less likely (epsilon_low)" if side == "low"
+                    else "positive-advantage tokens the policy already made more likely (epsilon_high)")
+            out.append(Finding(
+                "clip_asymmetry", f"clipping one-sided ({side})", steps[0], steps[-1], subject=f"clip_ratio/{side}_mean",
+                values={"low": lo, "high": hi},
+                message=f"clipped tokens are mostly on the {side} side ({_fmt(lo)} low vs {_fmt(hi)} high, mean "
+                        f"share): the clip stops {what}. Fix: widen that side's epsilon (epsilon_high, as DAPO's "
+                        "clip-higher does, or epsilon) or lower the learning rate."))
+    return out
+
+
+# ---- completions ------------------------------------------------------------------------------------------------
+
+@detector("completions/mean_length")
+def detect_length(h: History, t: Thresholds) -> list[Finding]:
+    out = []
+    steps, length = h.curve("completions/mean_length")
+    if len(length) >= t.min_points:
+        start, end = statistics.median(stats.head(length)), statistics.median(stats.tail(length))
+        z, p = stats.mann_kendall(length)
+        r_steps, reward = h.curve("reward")
+        by_step = dict(zip(r_steps, reward))
+        pairs = [(v, by_step[s]) for s, v in zip(steps, length) if s in by_step]
+        corr = stats.spearman([a for a, _ in pairs], [b for _, b in pairs])
+        if start > 0 and end >= t.length_growth * start and z > 0 and p < 0.01 and corr >= t.length_reward_corr:
+            out.append(Finding(
+                "length_hacking", "completions lengthening to earn reward", steps[0], steps[-1],
+                subject="completions/mean_length", values={"start": start, "end": end, "spearman": corr},
+                message=f"mean completion length grew from {_fmt(start)} to {_fmt(end)} tokens ({end / start:.1f}x) "
+                        f"and moves with the reward (rank correlation {corr:.2f}): the policy earns reward by writing "
+                        "more, not better. Likely cause: a reward (or judge) that pays for length, or a format reward "
+                        "that long answers satisfy more often. Fix: check the rewards on short and long answers of "
+                        "equal quality (rookgrpo rewards audit), add a length penalty, use loss_type: dr_grpo."))
+    steps, cut = h.curve("completions/clipped_ratio")
+    if len(cut) >= t.min_points:
+        end = statistics.median(stats.tail(cut))
+        start = statistics.median(stats.head(cut))
+        if end >= t.truncated_share:
+            rose = start < t.truncated_share / 2
+            first = next(s for s, v in zip(steps, cut) if v >= t.truncated_share)
+            out.append(Finding(
+                "truncation", "completions ending at max_completion_length", first, steps[-1],
+                subject="completions/clipped_ratio", values={"start": start, "end": end},
+                message=(f"{end:.0%} of completions were cut off at max_completion_length at the end, against "
+                         f"{start:.0%} at the start: the policy is collapsing into text that never ends. Fix: lower "
+                         "learning_rate, raise beta, restart from a checkpoint before the rise." if rose else
+                         f"{end:.0%} of completions were cut off at max_completion_length ({start:.0%} from the start): "
+                         "the limit is too short for the task, or the model never learned to stop. Fix: raise "
+                         "max_completion_length, check that the model ends answers with eos, or set "
+                         "mask_truncated_completions.")))
+    return out
+
+
+# ---- rewards ----------------------------------------------------------------------------------------------------
+
+@detector("reward", "reward_std")
+def detect_reward_trend(h: History, t: Thresholds) -> list[Finding]:
+    steps, r = h.curve("reward")
+    if len(r) < t.plateau_points:
+        return []
+    _, rstd = h.curve("reward_std")
+    spread = statistics.median(rstd) if rstd else stats.mad_sigma(r)
+    z, p = stats.mann_kendall(r)
+    moved = stats.theil_sen(steps, r) * (steps[-1] - steps[0])
+    out = []
+    if p > 0.05 and abs(moved) < 0.5 * spread:
+        out.append(Finding(
+            "reward_plateau", "training reward flat", steps[0], steps[-1], subject="reward",
+            values={"trend": moved, "group_spread": spread, "z": z},
+            message=f"the training reward moved {moved:+.3g} over {steps[-1] - steps[0]} steps (trend line; "
+                    f"Mann-Kendall z {z:.1f}), under half the spread within a group ({_fmt(spread)}): the run is "
+                    "not learning what the rewards pay. Likely cause: a learning rate too low, advantages mostly "
+                    "zero, the KL term holding the policy (see loss/kl_grad_share), or a reward the policy cannot "
+                    "move. Fix: look at the other findings; raise learning_rate; check frac_reward_zero_std."))
+    half = len(r) // 2
+    z2, p2 = stats.mann_kendall(r[half:])
+    best = max(statistics.fmean(r[i:i + 5]) for i in range(0, len(r) - 4))
+    end = statistics.fmean(r[-5:])
+    if z2 < 0 and p2 < 0.01 and best - end > 0.5 * spread:
+        out.append(Finding(
+            "reward_decline", "training reward falling", steps[half], steps[-1], severity="critical", subject="reward",
+            values={"best": best, "end": end},
+            message=f"the training reward fell from {_fmt(best)} (its best 5-log mean) to {_fmt(end)} over the second "
+                    f"half of the run (Mann-Kendall z {z2:.1f}): the policy is degrading on its own training task. "
+                    "Likely cause: a learning rate too high, an entropy or length collapse (see those findings). "
+                    "Fix: lower learning_rate, restart from the best checkpoint, add heldout_guard."))
+    return out
+
+
+def _components(h: History) -> list[str]:
+    return sorted(n[len("rewards/"):-len("/std")] for n in h.names() if n.startswith("rewards/") and n.endswith("/std"))
+
+
+@detector("rewards/<name>/std")
+def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
+    names = _components(h)
+    if len(names) < 2:
+        return []
+    shares: dict[str, list[float]] = {n: [] for n in names}
+    logged = 0
+    for entry in h.entries:
+        var = {}
+        for n in names:
+            v = entry.get(f"rewards/{n}/std")
+            if isinstance(v, (int, float)) and v == v:
+                var[n] = (t.reward_weights.get(n, 1.0) * v) ** 2
+        total = sum(var.values())
+        if len(var) < 2 or total <= 0:
+            continue
+        logged += 1
+        for n, v in var.items():
+            shares[n].append(v / total)
+    if logged < t.min_points:
+        return []
+    median = {n: statistics.median(s) for n, s in shares.items() if len(s) >= t.min_points // 2}
+    steps = [int(e["step"]) for e in h.entries if any(f"rewards/{n}/std" in e for n in names)]
+    weighted = " (weighted)" if t.reward_weights else " (unweighted: pass the recipe's reward_weights to weigh them)"
+    out = []
+    dead = sorted(n for n, s in median.items() if s < t.component_dead)
+    if dead:
+        out.append(Finding(
+            "reward_dead", "reward components that carry no spread", steps[0], steps[-1], subject=",".join(dead),
+            values={n: median[n] for n in dead},
+            message=f"{len(dead)} reward component(s) carry under {t.component_dead:.0%} of the summed per-component "
+                    f"reward variance{weighted}: " + ", ".join(f"{n} {median[n]:.1%}" for n in dead) +
+                    " (median over logs). They add almost nothing to the advantages; their weight buys nothing. "
+                    "Likely cause: a component every completion passes or fails alike, or one on a much smaller "
+                    "scale than the others. Fix: drop them, raise their weight (reward_weights), or give them partial "
+                    "credit."))
+    whole = [n for n, s in median.items() if s > t.component_whole]
+    if whole and len(median) >= 2:
+        n = whole[0]
+        out.append(Finding(
+            "reward_dominant", f"one reward component carries the whole spread ({n})", steps[0], steps[-1],
+            subject=n, values={"share": median[n]},
+            message=f"{n} carries {median[n]:.0%} of the summed per-component reward variance{weighted} (median "
+                    "over logs): the advantages follow it alone and the other components do not shape the update. "
+                    "Fix: rebalance reward_weights, or scale_rewards so the components compare."))
+    return out
+
+
+@detector("frac_reward_zero_std")
+def detect_zero_std(h: History, t: Thresholds) -> list[Finding]:
+    steps, z = h.curve("frac_reward_zero_std")
+    if len(z) < t.min_points:
+        return []
+    med = statistics.median(z)
+    if med < t.zero_std_share:
+        return []
+    _, best = h.curve("groups/flat_best_frac")
+    _, worst = h.curve("groups/flat_worst_frac")
+    if best and worst:
+        b, w = statistics.fmean(best), statistics.fmean(worst)
+        split = (f" Of all groups, {b:.0%} were flat at the best reward seen (all pass: too easy) and {w:.0%} at the "
+                 f"worst (all fail: too hard), mean over logs.")
+        fix = ("Fix: train on harder prompts (prompt_selection)" if b > w else
+               "Fix: train on prompts the model sometimes solves (prompt_selection), give the reward partial credit")
+    else:
+        split, fix = "", "Fix: prompt_selection, partial-credit rewards"
+    return [Finding(
+        "zero_std", "most groups have no reward spread", steps[0], steps[-1], subject="frac_reward_zero_std",
+        values={"median": med},
+        message=f"a median {med:.0%} of groups earned the same reward on every completion (frac_reward_zero_std, the "
+                f"batch as generated): their advantages are 0 and they teach nothing.{split} {fix}, raise the "
+                "sampling temperature, or add zero_std_resampling.")]
+
+
+@detector("kl", "optimised/frac_reward_zero_std")
+def detect_kl_only(h: History, t: Thresholds) -> list[Finding]:
+    name = "optimised/frac_reward_zero_std" if "optimised/frac_reward_zero_std" in h.names() else "frac_reward_zero_std"
+    steps, z = h.curve(name)
+    _, kl = h.curve("kl")
+    if len(z) < t.min_points or not kl:  # TRL logs kl only when beta > 0
+        return []
+    med = statistics.median(z)
+    if med < t.kl_only_share:
+        return []
+    after = " after resampling" if name.startswith("optimised/") else ""
+    return [Finding(
+        "kl_only_groups", "flat groups moved by the KL term alone", steps[0], steps[-1], subject=name,
+        values={"median": med},
+        message=f"a median {med:.0%} of the optimised batch's groups were flat{after} ({name}) while beta > 0: their "
+                "advantages are 0, so their only gradient is the KL term, which pulls the policy towards the "
+                "reference on those prompts whatever the reward (trl#5588). Fix: zero_std_resampling (with enough "
+                "rounds), prompt_selection, or a lower beta.")]
+
+
+# ---- held-out quality -------------------------------------------------------------------------------------------
+
+#: Substrings of a held-out metric's name that mark "lower is better".
+LOWER_IS_BETTER = ("loss", "nll", "perplexity", "ppl", "broken", "error", "top_move_share")
+#: Words that make an ``eval_*`` metric a quality score (not an eval copy of a training diagnostic).
+EVAL_SCORE_WORDS = ("reward", "accuracy", "acc", "score", "pass", "exact", "loss", "f1", "bleu")
+
+
+def heldout_metrics(h: History) -> list[str]:
+    """The held-out quality metrics a run logged: ``heldout/*``, and ``eval_*`` quality scores (reward, accuracy,
+    loss, ...) but not evaluation copies of diagnostics (eval_kl, eval_entropy, eval_runtime, */std)."""
+    out = []
+    for name in sorted(h.names()):
+        if name.startswith("heldout/"):
+            out.append(name)
+        elif name.startswith("eval_") and not name.endswith(("/std", "_std", "runtime", "per_second")):
+            rest = name[len("eval_"):]
+            if any(w in rest for w in EVAL_SCORE_WORDS) and not rest.startswith(("completions", "clip", "kl", "entropy")):
+                out.append(name)
+    return out
+
+
+@detector("heldout/<name> or eval_<name>")
+def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
+    out = []
+    r_steps, reward = h.curve("reward")
+    for name in heldout_metrics(h):
+        mode = "min" if any(w in name for w in LOWER_IS_BETTER) else "max"
+        score = HeldoutScore({name: 1.0}, mode=mode)
+        points = score.update(h.entries)
+        if len(points) < 3:
+            continue
+        for step, value in points:
+            if score.better(value):
+                score.take(step, value)
+        steps, values = [s for s, _ in points], [v for _, v in points]
+        sign = 1.0 if mode == "max" else -1.0
+        good = [sign * v for v in values]  # higher is better
+        diffs = sorted({abs(b - a) for a, b in zip(values, values[1:]) if b != a})
+        sigma = max(stats.noise_sigma(values), diffs[0] if diffs else 0.0, 1e-9)
+        fall = good[0] - good[-1]
+        z, p = stats.mann_kendall(good)
+        threshold = t.heldout_sigmas * sigma * 2 ** 0.5
+        if fall <= threshold or good[-2] >= good[0] - sigma or z >= 0 or p >= 0.2:
+            continue
+        span = [v for s, v in zip(r_steps, reward) if steps[0] <= s <= steps[-1]]
+        if len(span) >= 3:
+            rz, _ = stats.mann_kendall(span)
+            trend = stats.theil_sen([s for s in r_steps if steps[0] <= s <= steps[-1]], span) * (steps[-1] - steps[0])
+            context = (f" while the training reward {'rose' if rz > 1.96 else 'fell' if rz < -1.96 else 'stayed flat'} "
+                       f"({trend:+.3g} over the same steps, z {rz:.1f})")
+        else:
+            context = ""
+        best = (f"; its best was {_fmt(score.best)} at step {score.best_step}" if score.best_step not in (steps[0], steps[-1])
+                else "")
+        out.append(Finding(
+            "heldout_drop", f"held-out {name} getting worse", steps[0], steps[-1], severity="critical", subject=name,
+            values={"first": values[0], "last": values[-1], "best_step": score.best_step, "noise": sigma},
+            message=f"held-out {name} went from {_fmt(values[0])} (step {steps[0]}) to {_fmt(values[-1])} (step "
+                    f"{steps[-1]}), {fall / sigma:.1f} noise sigmas worse{best}{context}: the training is making the "
+                    "model worse on rows it does not train on. Likely cause: updates that raise the training reward "
+                    "by damaging what the reward does not check (a learning rate too high; wrong answers' tokens "
+                    "pushed down as a whole). Fix: add heldout_guard (ends the run with the best evaluation's "
+                    "weights), lower learning_rate, add sft_anchor on that task."))
+    return out
+
+
+def diagnose(history: History, thresholds: Thresholds | None = None,
+             only: list[str] | None = None) -> tuple[list[Finding], dict[str, str]]:
+    """Run the detectors on a run's history: (findings in report order, {detector: why it was skipped}).
+
+    Example (a run whose entropy collapses):
+        >>> entries = [{"step": s, "entropy": 0.8 * 0.9 ** s} for s in range(1, 31)]
+        >>> findings, skipped = diagnose(History(entries))
+        >>> [f.kind for f in findings], "kl" in skipped
+        (['entropy_collapse'], True)
+    """
+    t = thresholds or Thresholds()
+    names = history.names()
+    findings, skipped = [], {}
+    for name, (fn, needs) in DETECTORS.items():
+        if only and name not in only:
+            continue
+        if needs and not any(n in names or "<" in n for n in needs):
+            skipped[name] = f"needs {' or '.join(needs)}, not logged"
+            continue
+        found = fn(history, t)
+        findings.extend(found)
+    return findings, skipped

@@ -1,0 +1,241 @@
+"""rookgrpo doctor: detectors on real short runs built to fail each way (and healthy runs that must give no finding),
+the KL-gradient measurement checked exactly where its answer is known (a constant reward leaves only the KL term's
+gradient) in the layouts TRL supports and on two processes, the live callback (warnings, halt_on, doctor.json), and
+the CLI on a vanilla TRL run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+
+import pytest
+
+from conftest import REPO, launch_two_cpu_processes, load_script, run_cli, tiny_grpo_args, vanilla_args, venv_bin, write_recipe
+from rookgrpo import ConfigError, RookGRPOTrainer
+from rookgrpo.callbacks import Doctor, resolve_callback
+from rookgrpo.doctor import History, Thresholds, diagnose, load_history
+
+scenarios = load_script(REPO / "benchmarks" / "doctor_scenarios.py", "doctor_scenarios")
+
+
+def kinds(entries) -> set[str]:
+    findings, _ = diagnose(History([e for e in entries if "train_runtime" not in e]))
+    return {f.kind for f in findings}
+
+
+# ---- detectors on curves whose answer is known ------------------------------------------------------------------
+
+def _curve(name, values, start=1):
+    return [{"step": start + i, name: v} for i, v in enumerate(values)]
+
+
+def _merge(*curves):
+    by_step = {}
+    for curve in curves:
+        for e in curve:
+            by_step.setdefault(e["step"], {"step": e["step"]}).update(e)
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def test_kl_growing_steadily_is_not_a_runaway_but_accelerating_is():
+    steady = _curve("kl", [0.004 * i for i in range(40)])
+    runaway = _curve("kl", [0.002 * 1.15 ** i for i in range(40)])
+    assert kinds(steady) == set()
+    assert kinds(runaway) == {"kl_runaway"}
+
+
+def test_spikes_come_back_down_and_a_rising_start_is_no_spike():
+    g = [1.0 + 0.05 * math.sin(i) for i in range(30)]
+    g[20] = 9.0
+    assert kinds(_curve("grad_norm", g)) == {"grad_spike"}
+    kl = [0.001 * i for i in range(30)]
+    kl[15] = 0.2
+    assert kinds(_curve("kl", kl)) == {"kl_spike"}
+    assert kinds(_curve("kl", [0.0, 1e-4, 3e-4, 1e-3, 2e-3] + [2e-3 + 1e-5 * i for i in range(25)])) == set()
+
+
+def test_nonfinite_and_grad_growth():
+    assert kinds(_curve("loss", [0.1] * 9 + [float("nan")])) == {"nonfinite"}
+    assert kinds(_curve("grad_norm", [0.5 * 1.3 ** i for i in range(30)])) == {"grad_growth"}
+
+
+def test_components_dead_or_carrying_everything_with_the_recipes_weights():
+    entries = _merge(*[_curve(f"rewards/{n}/std", [s] * 12) for n, s in (("a", 0.5), ("b", 0.4), ("c", 0.01))])
+    findings, _ = diagnose(History(entries))
+    assert [(f.kind, f.subject) for f in findings] == [("reward_dead", "c")]
+    findings, _ = diagnose(History(entries), Thresholds(reward_weights={"a": 1.0, "b": 0.1, "c": 1.0}))
+    assert {(f.kind, f.subject) for f in findings} == {("reward_dead", "b,c"), ("reward_dominant", "a")}
+
+
+def test_heldout_drop_beyond_noise_only():
+    noisy = _curve("heldout/acc", [0.30, 0.26, 0.31, 0.27, 0.30, 0.26, 0.29, 0.27], start=0)
+    falling = _curve("heldout/acc", [0.30, 0.29, 0.27, 0.26, 0.24, 0.22, 0.21, 0.19], start=0)
+    rising_loss = _curve("eval_loss", [1.0, 1.02, 1.05, 1.07, 1.1, 1.13, 1.15, 1.2], start=0)
+    assert kinds(noisy) == set()
+    assert kinds(falling) == {"heldout_drop"}
+    assert kinds(rising_loss) == {"heldout_drop"}  # lower is better for a loss
+    # an eval copy of a training diagnostic is not a held-out quality metric
+    assert kinds(_curve("eval_entropy", [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3], start=0)) == set()
+
+
+def test_kl_dominates_keyed_to_the_gradient_share_not_the_loss_share():
+    share = _merge(_curve("loss/kl_grad_share", [0.7, 0.8, 0.75, 0.9]), _curve("loss/kl_share", [0.2] * 4))
+    assert kinds(share) == {"kl_dominates"}
+    assert kinds(_merge(_curve("loss/kl_grad_share", [0.1, 0.2, 0.1, 0.15]), _curve("loss/kl_share", [0.95] * 4))) == set()
+
+
+def test_skipped_detectors_name_the_metric_they_needed():
+    _, skipped = diagnose(History(_curve("reward", [0.1] * 5)))
+    assert "needs loss/kl_grad_share" in skipped["kl_dominates"]
+
+
+# ---- real runs built to fail ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def scenario_runs(tiny_model_dir, tmp_path_factory):
+    """Each scenario's log history (30 steps each), run once for the module."""
+    out = tmp_path_factory.mktemp("doctor-scenarios")
+    return {name: scenarios.run_scenario(name, tiny_model_dir, out / name, steps=30)
+            for name in ("healthy", "constant", "constant-kl", "plateau-judge", "diverging", "length", "heldout-drop")}
+
+
+@pytest.mark.parametrize("name", ["healthy", "constant", "constant-kl", "plateau-judge", "diverging", "length",
+                                  "heldout-drop"])
+def test_each_failure_is_named_and_a_healthy_run_gives_none(scenario_runs, name):
+    found = kinds(scenario_runs[name])
+    expected = set(scenarios.LABELS[name])
+    if not expected:
+        assert found == set()
+    else:
+        assert expected <= found, f"{name}: expected {expected}, found {found}"
+
+
+# ---- the KL gradient --------------------------------------------------------------------------------------------
+
+def _constant_kl_trainer(tiny_model_dir, smoke_dataset, tmp_path, every=1, **overrides):
+    from doctor_probe import PerturbPolicy, constant_reward
+
+    lora = overrides.pop("lora", False)
+    args = tiny_grpo_args(tmp_path, beta=0.05, max_steps=4, **overrides)
+    kwargs = {}
+    if lora:
+        from peft import LoraConfig
+
+        kwargs["peft_config"] = LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn"], task_type="CAUSAL_LM")
+        kwargs["eval_dataset"] = smoke_dataset.select(range(8))
+    doctor = Doctor(kl_grad_every=every, report=None)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=[scenarios.constant_reward], args=args,
+                              train_dataset=smoke_dataset, callbacks=[doctor, PerturbPolicy()], **kwargs)
+    return trainer
+
+
+KL_LAYOUTS = {
+    "default": {},
+    "clipped-dr_grpo": {"max_grad_norm": 1e-3, "loss_type": "dr_grpo"},
+    "buffered-batches-grpo": {"steps_per_generation": 2, "num_iterations": 2, "gradient_accumulation_steps": 2,
+                              "loss_type": "grpo"},
+    "lora-with-evaluation": {"lora": True, "eval_strategy": "steps", "eval_steps": 1, "per_device_eval_batch_size": 8},
+}
+
+
+@pytest.mark.parametrize("layout", list(KL_LAYOUTS))
+def test_kl_gradient_is_the_whole_gradient_when_every_advantage_is_zero(tiny_model_dir, smoke_dataset, tmp_path,
+                                                                         layout, monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "tests" / "assets"))
+    trainer = _constant_kl_trainer(tiny_model_dir, smoke_dataset, tmp_path, **KL_LAYOUTS[layout])
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "grad/kl_norm" in h]
+    assert len(logs) >= 3
+    for h in logs:
+        assert h["grad_norm"] > 1e-6  # the perturbed policy is off its reference: the KL term has a gradient
+        # the KL term is the loss's only term with a gradient: the meter's part must be all of it, to float error
+        assert h["grad/kl_norm"] == pytest.approx(h["grad_norm"], rel=1e-3)
+        assert h["grad/policy_norm"] <= 1e-3 * h["grad/kl_norm"]
+        assert h["loss/kl_grad_share"] == pytest.approx(1.0, abs=1e-3)
+    assert isinstance(trainer.beta, float)
+
+
+def test_measuring_changes_nothing_in_training(tiny_model_dir, smoke_dataset, tmp_path):
+    from conftest import losses_and_rewards
+
+    runs = []
+    for callbacks in ([], [Doctor(kl_grad_every=1, report=None)]):
+        args = tiny_grpo_args(tmp_path / str(len(runs)), beta=0.05, max_steps=3)
+        trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=["uci_charset"], args=args,
+                                  train_dataset=smoke_dataset, callbacks=callbacks)
+        trainer.train()
+        runs.append(trainer.state.log_history)
+    assert losses_and_rewards(runs[0]) == losses_and_rewards(runs[1])
+    measured = [h for h in runs[1] if "loss/kl_grad_share" in h]
+    assert len(measured) == 3
+    assert all(0 < h["loss/kl_grad_share"] < 1 and -1 <= h["grad/kl_policy_cos"] <= 1 for h in measured)
+
+
+def test_kl_gradient_on_two_processes(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", max_steps=3, beta=0.05,
+                          reward_funcs=[str(REPO / "tests/assets/doctor_probe.py") + ":constant_reward"],
+                          callbacks=[{"doctor": {"kl_grad_every": 1}}, "doctor_probe.PerturbPolicy",
+                                     "doctor_probe.LogProbe"])
+    ranks = launch_two_cpu_processes(recipe, tmp_path / "probe")
+    per_rank = [[h for h in logs if "grad/kl_norm" in h] for logs in ranks]
+    assert len(per_rank[0]) == 3
+    for h in per_rank[0]:
+        assert h["grad_norm"] > 1e-4
+        assert h["grad/kl_norm"] == pytest.approx(h["grad_norm"], rel=1e-3)
+        assert h["grad/policy_norm"] <= 1e-3 * h["grad/kl_norm"]
+    assert per_rank[0] == per_rank[1]  # the measured KL gradient is averaged over processes, as DDP averages .grad
+
+
+# ---- the live callback ------------------------------------------------------------------------------------------
+
+def test_live_findings_warned_once_and_halt_on_saves_and_stops(tiny_model_dir, tmp_path, caplog):
+    halt = Doctor(halt_on=["zero_gradient"], kl_grad_every=0)
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.doctor"):
+        scenarios.run_scenario("constant", tiny_model_dir, tmp_path / "run", steps=30, callbacks=[halt])
+    state = halt.trainer.state
+    assert state.global_step < 30
+    assert (tmp_path / "run" / f"checkpoint-{state.global_step}").is_dir()
+    warned = [r.getMessage() for r in caplog.records if "zero_gradient" in r.getMessage() or "exactly-zero" in r.getMessage()]
+    assert sum("steps with an exactly-zero gradient" in m for m in warned) == 1
+    assert any("stopping the run" in m for m in warned)
+    report = json.loads((tmp_path / "run" / "doctor.json").read_text())
+    assert report["halted_on"] == "zero_gradient:grad_norm"
+    assert "zero_gradient" in {f["kind"] for f in report["findings"]}
+
+
+def test_bad_config_is_refused_with_the_field_named():
+    with pytest.raises(ConfigError, match="halt_on"):
+        resolve_callback({"doctor": {"halt_on": ["exploding"]}})
+    with pytest.raises(ConfigError, match="thresholds"):
+        resolve_callback({"doctor": {"thresholds": {"entropy_fall": 0.3}}})
+
+
+# ---- after the fact ---------------------------------------------------------------------------------------------
+
+def test_cli_reads_a_vanilla_trl_run(tiny_model_dir, smoke_dataset, tmp_path):
+    from trl import GRPOConfig, GRPOTrainer
+
+    args = GRPOConfig(output_dir=str(tmp_path / "vanilla"), use_cpu=True, bf16=False, report_to="none",
+                      learning_rate=1e-2, max_steps=12, per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=8, logging_steps=1, save_strategy="steps", save_steps=12,
+                      disable_tqdm=True, beta=0.0)
+    GRPOTrainer(model=str(tiny_model_dir), reward_funcs=[scenarios.constant_reward], args=args, train_dataset=smoke_dataset).train()
+    start = time.perf_counter()
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path / "vanilla"), "--plot", str(tmp_path / "d.png")])
+    seconds = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    assert "zero_gradient" in proc.stdout and "checkpoint-12/trainer_state.json" in proc.stdout
+    assert (tmp_path / "d.png").stat().st_size > 10_000
+    assert seconds < 5
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path / "vanilla"), "--json", "--strict"])
+    assert proc.returncode == 1
+    assert "zero_std" in {f["kind"] for f in json.loads(proc.stdout)["findings"]}
+    assert load_history(tmp_path / "vanilla" / "checkpoint-12" / "trainer_state.json").last_step == 12
+
+
+def test_cli_names_what_it_looked_for(tmp_path):
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path)])
+    assert proc.returncode == 2
+    assert "no trainer_state.json" in proc.stderr
