@@ -64,6 +64,7 @@ train: setup
 	$(VENV)/bin/rookgrpo evaluate --model $(RUN_DIR) --data $(EVAL_DATA) --depth $(EVAL_DEPTH) \
 		--out $(RUN_DIR)/eval_after.json --baseline $(RUN_DIR)/eval_before.json
 	$(VENV)/bin/rookgrpo plot $(RUN_DIR)
+	$(VENV)/bin/rookgrpo doctor $(RUN_DIR)
 
 train-smoke: setup
 	$(VENV)/bin/accelerate launch $(LAUNCH_DEFAULTS) --num_processes 1 -m rookgrpo recipes/smoke.yaml

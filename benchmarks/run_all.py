@@ -63,12 +63,15 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("selection_env_exact_target", "bench_selection",
      ["--regime", "env_exact", "--seeds", "3", "--arms", "dapo,passrate-target+resampling"]),
     ("shapes", "bench_shapes", []),
+    ("doctor", "bench_doctor", []),
+    ("doctor_cost", "bench_doctor_cost", ["--max-blocks", "30"]),
+    ("doctor_cost_recipe", "bench_doctor_cost", ["--setting", "recipe", "--min-blocks", "6", "--max-blocks", "12"]),
 ]
 # Further runs of a benchmark that has its own section above (other seeds, budgets or arms): the report puts them in
 # an appendix, so that each benchmark reads as one current table.
 APPENDIX = {"selection_env_exact_passrate", "selection_more_seeds", "selection_long", "selection_long_resampling",
             "selection_long_more_seeds", "selection_target", "selection_target_more_seeds",
-            "selection_env_exact_target", "code_exec_change"}
+            "selection_env_exact_target", "code_exec_change", "doctor_cost_recipe"}
 
 
 def _load(name: str):

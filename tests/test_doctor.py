@@ -239,3 +239,27 @@ def test_cli_names_what_it_looked_for(tmp_path):
     proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path)])
     assert proc.returncode == 2
     assert "no trainer_state.json" in proc.stderr
+
+
+def test_every_kind_is_declared_and_documented():
+    import re
+
+    from rookgrpo.doctor.detectors import KINDS
+
+    source = (REPO / "src/rookgrpo/doctor/detectors.py").read_text()
+    emitted = set(re.findall(r'Finding\(\s*"([a-z_]+)"', source))
+    assert emitted == set(KINDS)
+    doc = (REPO / "docs" / "doctor.md").read_text()
+    assert [k for k in KINDS if f"| `{k}` |" not in doc] == []
+
+
+def test_tensorboard_logs_are_read_or_the_missing_package_is_named(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "events.out.tfevents.1.host").write_bytes(b"")
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match="pip install tensorboard"):
+            load_history(tmp_path)
+    else:
+        assert load_history(tmp_path).entries == []

@@ -316,11 +316,11 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
 def _cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
     import json
 
-    from .doctor import diagnose, load_history
+    from .doctor import Thresholds, diagnose, load_history
     from .doctor.report import format_report, plot_findings
 
     history = load_history(args.run)
-    findings, skipped = diagnose(history)
+    findings, skipped = diagnose(history, Thresholds(reward_weights=history.reward_weights))
     if args.json:
         print(json.dumps({"source": history.source, "findings": [f.to_dict() for f in findings], "skipped": skipped},
                          indent=1))

@@ -132,6 +132,7 @@ def write_run_info(trainer, model_path: str, script_args) -> Path:
         "model": model_path,
         "dataset": script_args.dataset_name,
         "reward_funcs": trainer.reward_func_names,
+        "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
         "global_step": trainer.state.global_step,
         "last_log": train_logs[-1] if train_logs else None,
     }

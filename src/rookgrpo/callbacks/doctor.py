@@ -43,7 +43,7 @@ class Doctor(RookCallback):
         kl_grad_every: measure the KL term's share of the gradient every this many optimizer steps (0: never). Costs
             one extra backward pass on those steps.
         halt_on: finding kinds that stop the run (a checkpoint is saved first), e.g. ``[nonfinite, heldout_drop]``.
-        thresholds: overrides of :class:`rookgrpo.doctor.Thresholds` fields, e.g. ``{entropy_drop: 0.3}``.
+        thresholds: overrides of ``rookgrpo.doctor.Thresholds`` fields, e.g. ``{entropy_drop: 0.3}``.
         report: file name of the findings written into ``output_dir`` at the end (``null``: none).
 
     Example::
@@ -125,7 +125,8 @@ class Doctor(RookCallback):
     def _check(self, state):
         from ..doctor import History, diagnose
 
-        findings, skipped = diagnose(History(state.log_history, "live"), self.thresholds)
+        entries = [e for e in state.log_history if "train_runtime" not in e]  # not the closing summary
+        findings, skipped = diagnose(History(entries, "live"), self.thresholds)
         return findings, skipped
 
     def on_log(self, args, state, control, logs=None, **kwargs):

@@ -24,7 +24,8 @@ from .history import History
 class Thresholds:
     """What counts as a finding. Shares are of logged points; ratios are against the run's own start."""
 
-    min_points: int = 8  #: logged points a curve needs before a detector judges it
+    min_points: int = 8  #: logged points a curve needs before a trend or spike detector judges it
+    min_share_points: int = 4  #: ... and before a share-of-steps detector does (zero gradients, flat groups, cut-offs)
     entropy_drop: float = 0.5  #: entropy below this share of its start, with a falling trend
     kl_accel: float = 3.0  #: KL's slope over the second half this many times the first half's
     kl_floor: float = 0.05  #: ... and per-token KL above this (nats), for a runaway
@@ -118,7 +119,7 @@ def detect_nonfinite(h: History, t: Thresholds) -> list[Finding]:
 @detector("grad_norm")
 def detect_gradients(h: History, t: Thresholds) -> list[Finding]:
     steps, g = h.curve("grad_norm")
-    if len(g) < t.min_points:
+    if len(g) < t.min_share_points:
         return []
     out = []
     zero = [s for s, v in zip(steps, g) if v == 0.0]
@@ -133,6 +134,8 @@ def detect_gradients(h: History, t: Thresholds) -> list[Finding]:
                     "(every completion of each prompt earned the same reward) and beta is 0, or every completion was "
                     "masked out of the loss. Fix: add zero_std_resampling, give the reward partial credit, train on "
                     "prompts the model sometimes solves, or raise the sampling temperature."))
+    if len(g) < t.min_points:
+        return out
     start, end = statistics.median(stats.head(g)), statistics.median(stats.tail(g))
     z, p = stats.mann_kendall(g)
     if start > 0 and end >= t.grad_growth * start and z > 0 and p < 0.01:
@@ -291,7 +294,7 @@ def detect_length(h: History, t: Thresholds) -> list[Finding]:
                         "that long answers satisfy more often. Fix: check the rewards on short and long answers of "
                         "equal quality (rookgrpo rewards audit), add a length penalty, use loss_type: dr_grpo."))
     steps, cut = h.curve("completions/clipped_ratio")
-    if len(cut) >= t.min_points:
+    if len(cut) >= t.min_share_points:
         end = statistics.median(stats.tail(cut))
         start = statistics.median(stats.head(cut))
         if end >= t.truncated_share:
@@ -381,7 +384,7 @@ def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
             "reward_dead", "reward components that carry no spread", steps[0], steps[-1], subject=",".join(dead),
             values={n: median[n] for n in dead},
             message=f"{len(dead)} reward component(s) carry under {t.component_dead:.0%} of the summed per-component "
-                    f"reward variance{weighted}: " + ", ".join(f"{n} {median[n]:.1%}" for n in dead) +
+                    f"reward variance{weighted}: " + ", ".join(f"{n} {median[n]:.2%}" for n in dead) +
                     " (median over logs). They add almost nothing to the advantages; their weight buys nothing. "
                     "Likely cause: a component every completion passes or fails alike, or one on a much smaller "
                     "scale than the others. Fix: drop them, raise their weight (reward_weights), or give them partial "
@@ -401,7 +404,7 @@ def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
 @detector("frac_reward_zero_std")
 def detect_zero_std(h: History, t: Thresholds) -> list[Finding]:
     steps, z = h.curve("frac_reward_zero_std")
-    if len(z) < t.min_points:
+    if len(z) < t.min_share_points:
         return []
     med = statistics.median(z)
     if med < t.zero_std_share:
@@ -429,7 +432,7 @@ def detect_kl_only(h: History, t: Thresholds) -> list[Finding]:
     name = "optimised/frac_reward_zero_std" if "optimised/frac_reward_zero_std" in h.names() else "frac_reward_zero_std"
     steps, z = h.curve(name)
     _, kl = h.curve("kl")
-    if len(z) < t.min_points or not kl:  # TRL logs kl only when beta > 0
+    if len(z) < t.min_share_points or not kl:  # TRL logs kl only when beta > 0
         return []
     med = statistics.median(z)
     if med < t.kl_only_share:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -30,6 +30,8 @@ class History:
 
     entries: list[dict]
     source: str = "<memory>"
+    #: reward name -> weight, when the run recorded them (rookgrpo's ``run_info.json``); else empty (weights 1)
+    reward_weights: dict[str, float] = field(default_factory=dict)
 
     def curve(self, name: str, finite: bool = True) -> tuple[list[int], list[float]]:
         """(steps, values) of every entry that logged ``name`` as a number; NaN and inf dropped unless ``finite`` is
@@ -102,6 +104,16 @@ def _read_tensorboard(folder: Path) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
+def _reward_weights(run_info: Path) -> dict[str, float]:
+    """The reward weights ``rookgrpo train`` recorded in ``run_info.json``, by reward name; {} when absent."""
+    try:
+        info = json.loads(run_info.read_text())
+        names, weights = info["reward_funcs"], info["reward_weights"]
+        return {str(n): float(w) for n, w in zip(names, weights)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def load_history(path: str | Path) -> History:
     """The logged metrics of the run at ``path``: a run's output_dir (its ``trainer_state.json``, else the newest
     ``checkpoint-*``'s, else TensorBoard event files under it), a ``trainer_state.json``, or a ``.jsonl`` log.
@@ -123,7 +135,7 @@ def load_history(path: str | Path) -> History:
                              key=lambda p: int(p.parent.name.split("-")[-1]) if p.parent.name.split("-")[-1].isdigit() else -1)
         state = checkpoints[-1] if checkpoints else None
     if state is not None:
-        return History(_read_trainer_state(state), str(state))
+        return History(_read_trainer_state(state), str(state), _reward_weights(path / "run_info.json"))
     if any(path.rglob("events.out.tfevents.*")):
         return History(_read_tensorboard(path), str(path))
     raise ConfigError(f"doctor: no trainer_state.json in {path} or its checkpoint-* folders, and no TensorBoard event "

@@ -81,10 +81,10 @@ class KLGradMeter:
             self._disable(f"the extra backward pass failed ({str(err).splitlines()[0][:120]})")
             self.measuring = False
             return
-        if self._kl is None:
-            self._kl = [None if g is None else g.detach().clone() for g in grads]
+        if self._kl is None:  # autograd.grad returns fresh tensors: kept as they are
+            self._kl = [None if g is None else g.detach() for g in grads]
         else:
-            self._kl = [a if g is None else (g.detach().clone() if a is None else a.add_(g)) for a, g in zip(self._kl, grads)]
+            self._kl = [a if g is None else (g.detach() if a is None else a.add_(g)) for a, g in zip(self._kl, grads)]
 
     def restore(self) -> None:
         """Put a float back in ``trainer.beta`` if a loss never reached :meth:`after_loss` (an exception in it)."""
@@ -101,21 +101,31 @@ class KLGradMeter:
             return None
         self.measuring = False
         trainer = self.trainer
-        kl = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).float() for p, g in zip(self.params, self._kl)])
-        self._kl = None
-        if trainer.accelerator.num_processes > 1:
-            kl = trainer.accelerator.reduce(kl, reduction="mean")  # as DDP averages the gradients in .grad
-        total = torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad).reshape(-1).float() for p in self.params])
+        kl_grads, self._kl = self._kl, None
+        if trainer.accelerator.num_processes > 1:  # averaged over processes, as DDP averages the gradients in .grad
+            flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).float()
+                              for p, g in zip(self.params, kl_grads)])
+            flat = trainer.accelerator.reduce(flat, reduction="mean")
+            kl_grads = list(torch.split(flat, [p.numel() for p in self.params]))
         max_norm = float(getattr(trainer.args, "max_grad_norm", 0) or 0)
         before = trainer.grad_norm_before_clip
+        scale = 1.0
         if max_norm > 0 and before is not None:
-            before = float(before)
-            coef = min(1.0, max_norm / (before + 1e-6))  # torch.nn.utils.clip_grad_norm_'s factor
+            coef = min(1.0, max_norm / (float(before) + 1e-6))  # torch.nn.utils.clip_grad_norm_'s factor
             if coef > 0 and math.isfinite(coef):
-                total = total / coef
-        policy = total - kl
-        kl_norm, policy_norm = kl.norm().item(), policy.norm().item()
-        cos = (policy @ kl).item() / (kl_norm * policy_norm) if kl_norm > 0 and policy_norm > 0 else 0.0
+                scale = 1.0 / coef
+        # Per parameter, no concatenated copies: |kl|^2, |policy|^2 and <policy, kl> with policy = total - kl.
+        sums = torch.zeros(3, dtype=torch.float64, device=self.params[0].device)
+        for p, g in zip(self.params, kl_grads):
+            if p.grad is None and g is None:
+                continue
+            k = torch.zeros_like(p, dtype=torch.float32) if g is None else g.reshape(p.shape).float()
+            total = torch.zeros_like(k) if p.grad is None else p.grad.float() * scale
+            policy = total - k
+            sums += torch.stack([(k * k).sum(), (policy * policy).sum(), (policy * k).sum()]).double()
+        kk, pp, pk = sums.tolist()  # one device sync
+        kl_norm, policy_norm = math.sqrt(kk), math.sqrt(pp)
+        cos = pk / (kl_norm * policy_norm) if kl_norm > 0 and policy_norm > 0 else 0.0
         share = kl_norm / (kl_norm + policy_norm) if kl_norm + policy_norm > 0 else 0.0
         return {"loss/kl_grad_share": share, "grad/kl_norm": kl_norm, "grad/policy_norm": policy_norm,
                 "grad/kl_policy_cos": cos}
