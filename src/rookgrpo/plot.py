@@ -9,7 +9,6 @@ renders a compact text table so a terminal shows the curve without opening the P
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -31,18 +30,11 @@ PANELS = [
 
 
 def load_log_history(run_dir: str | Path) -> list[dict]:
-    """Training log entries of a run: ``RUN_DIR/trainer_state.json``, else the newest checkpoint's."""
-    run_dir = Path(run_dir)
-    state = run_dir / "trainer_state.json"
-    if not state.is_file():
-        checkpoints = sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[-1]))
-        if not checkpoints:
-            raise ConfigError(
-                f"plot: no trainer_state.json in {run_dir} or its checkpoint-* folders. Point it at a run's output_dir."
-            )
-        state = checkpoints[-1]
-    history = json.loads(state.read_text()).get("log_history", [])
-    return [h for h in history if "step" in h and "train_runtime" not in h]
+    """Training log entries of a run: ``RUN_DIR/trainer_state.json``, else the newest checkpoint's (read as
+    ``rookgrpo doctor`` reads them, :func:`rookgrpo.doctor.load_history`)."""
+    from .doctor.history import load_history
+
+    return load_history(run_dir).entries
 
 
 def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:

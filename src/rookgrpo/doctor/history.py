@@ -65,9 +65,9 @@ def _read_trainer_state(path: Path) -> list[dict]:
     try:
         state = json.loads(path.read_text())
     except json.JSONDecodeError as err:
-        raise ConfigError(f"doctor: {path} is not valid JSON ({err}).") from None
+        raise ConfigError(f"{path} is not valid JSON ({err}).") from None
     if not isinstance(state, Mapping) or not isinstance(state.get("log_history"), list):
-        raise ConfigError(f"doctor: {path} has no log_history list; is it a transformers trainer_state.json?")
+        raise ConfigError(f"{path} has no log_history list; is it a transformers trainer_state.json?")
     return _train_entries(state["log_history"])
 
 
@@ -79,7 +79,7 @@ def _read_jsonl(path: Path) -> list[dict]:
         try:
             entry = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ConfigError(f"doctor: {path}:{number} is not a JSON object ({err}).") from None
+            raise ConfigError(f"{path}:{number} is not a JSON object ({err}).") from None
         if isinstance(entry, Mapping):
             entry = dict(entry)
             entry.setdefault("step", entry.get("global_step", entry.get("_step", number)))
@@ -91,7 +91,7 @@ def _read_tensorboard(folder: Path) -> list[dict]:
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     except ImportError:
-        raise ConfigError(f"doctor: {folder} holds TensorBoard event files; reading them needs the tensorboard "
+        raise ConfigError(f"{folder} holds TensorBoard event files; reading them needs the tensorboard "
                           "package (pip install tensorboard), or point doctor at the run's trainer_state.json.") from None
     by_step: dict[int, dict] = {}
     for events in sorted({p.parent for p in folder.rglob("events.out.tfevents.*")}):
@@ -128,7 +128,7 @@ def load_history(path: str | Path) -> History:
             return History(_read_tensorboard(path.parent), str(path.parent))
         return History(_read_trainer_state(path), str(path))
     if not path.is_dir():
-        raise ConfigError(f"doctor: {path} does not exist. Give a run's output_dir, its trainer_state.json or a .jsonl log.")
+        raise ConfigError(f"{path} does not exist. Give a run's output_dir, its trainer_state.json or a .jsonl log.")
     state = path / "trainer_state.json"
     if not state.is_file():
         checkpoints = sorted(path.glob("checkpoint-*/trainer_state.json"),
@@ -138,6 +138,6 @@ def load_history(path: str | Path) -> History:
         return History(_read_trainer_state(state), str(state), _reward_weights(path / "run_info.json"))
     if any(path.rglob("events.out.tfevents.*")):
         return History(_read_tensorboard(path), str(path))
-    raise ConfigError(f"doctor: no trainer_state.json in {path} or its checkpoint-* folders, and no TensorBoard event "
+    raise ConfigError(f"no trainer_state.json in {path} or its checkpoint-* folders, and no TensorBoard event "
                       "files under it. Point it at a run's output_dir (transformers writes trainer_state.json there at "
                       "the end of training and in every checkpoint).")
