@@ -265,3 +265,24 @@ def test_tensorboard_logs_are_read_or_the_missing_package_is_named(tmp_path):
             load_history(tmp_path)
     else:
         assert load_history(tmp_path).entries == []
+
+
+def test_flat_groups_split_into_all_pass_and_all_fail(tiny_model_dir, tmp_path):
+    """Prompts of even rows earn 1 whatever the completion, odd rows 0: every group is flat, at the best reward seen
+    (all pass) or at the worst (all fail), so the two shares add up to 1 in every batch."""
+    from conftest import write_flat_data
+    from rookgrpo.callbacks import Diagnostics
+    from rookgrpo.data import load_recipe_dataset
+
+    def by_row(completions, signal, **kwargs):
+        return [1.0 if s else 0.0 for s in signal]
+
+    dataset = load_recipe_dataset(str(write_flat_data(tmp_path / "flat.jsonl", 32)))
+    args = tiny_grpo_args(tmp_path / "out", max_steps=6, beta=0.0)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=[by_row], args=args, train_dataset=dataset,
+                              callbacks=[Diagnostics()])
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "groups/flat_best_frac" in h]
+    assert logs
+    assert all(h["groups/flat_best_frac"] + h["groups/flat_worst_frac"] == pytest.approx(1.0) for h in logs)
+    assert any(h["groups/flat_best_frac"] > 0 for h in logs) and any(h["groups/flat_worst_frac"] > 0 for h in logs)

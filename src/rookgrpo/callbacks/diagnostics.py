@@ -17,7 +17,8 @@ Logged (averaged over the logging window like TRL's own metrics):
   sampling settings leave no room to explore; such a group has no reward spread).
 - ``groups/flat_best_frac``, ``groups/flat_worst_frac``: share of the optimised batch's groups that are flat (every
   completion the same combined reward) at the highest combined reward any completion has earned so far in the run
-  (all pass: too easy) or at the lowest (all fail: too hard). The doctor's zero-std finding splits by them.
+  (all pass: too easy) or at the lowest (all fail: too hard); not logged until two rewards have differed. The doctor's
+  zero-std finding splits by them.
 - ``loss/kl_share``: share of the loss magnitude that comes from the KL term, ``beta·kl / (|loss − beta·kl| +
   beta·kl)``, using TRL's per-token ``kl``. Near 1 the KL penalty dominates and the policy is pulled back to the
   reference instead of towards reward (published RookWorld runs: ~0.95 at beta 0.1). Logged for the loss types that
@@ -296,9 +297,11 @@ class Diagnostics(RookCallback):
         if self._reward_range is not None:
             low, high = min(low, self._reward_range[0]), max(high, self._reward_range[1])
         self._reward_range = (low, high)
-        flat = zero_std_groups(rpf, weights, G)
-        value = totals.view(-1, G).nanmean(dim=1)
         eps = 1e-6 * max(1.0, abs(high), abs(low))
+        if high - low <= eps:  # no spread seen yet: neither "all pass" nor "all fail" means anything
+            return
+        flat = zero_std_groups(rpf, weights, G, getattr(trainer, "multi_objective_aggregation", "sum_then_normalize"))
+        value = totals.view(-1, G).nanmean(dim=1)
         groups = max(flat.numel(), 1)
         metrics["groups/flat_best_frac"].append((flat & (value >= high - eps)).sum().item() / groups)
         metrics["groups/flat_worst_frac"].append((flat & (value <= low + eps)).sum().item() / groups)
