@@ -65,7 +65,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("shapes", "bench_shapes", []),
     ("doctor", "bench_doctor", []),
     ("doctor_cost", "bench_doctor_cost", ["--max-blocks", "30"]),
-    ("doctor_cost_recipe", "bench_doctor_cost", ["--setting", "recipe", "--min-blocks", "6", "--max-blocks", "12"]),
+    ("doctor_cost_recipe", "bench_doctor_cost", ["--setting", "recipe", "--min-blocks", "10", "--max-blocks", "20"]),
 ]
 # Further runs of a benchmark that has its own section above (other seeds, budgets or arms): the report puts them in
 # an appendix, so that each benchmark reads as one current table.
