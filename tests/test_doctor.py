@@ -223,7 +223,11 @@ def test_cli_reads_a_vanilla_trl_run(tiny_model_dir, smoke_dataset, tmp_path):
                       learning_rate=1e-2, max_steps=12, per_device_train_batch_size=8, num_generations=4,
                       max_completion_length=8, logging_steps=1, save_strategy="steps", save_steps=12,
                       disable_tqdm=True, beta=0.0)
-    GRPOTrainer(model=str(tiny_model_dir), reward_funcs=[scenarios.constant_reward], args=args, train_dataset=smoke_dataset).train()
+    GRPOTrainer(model=str(tiny_model_dir), reward_funcs=[scenarios.constant_reward], args=args, train_dataset=smoke_dataset,
+                callbacks=[Doctor()]).train()
+    # live on a plain TRL trainer too: its findings in doctor.json
+    live = json.loads((tmp_path / "vanilla" / "doctor.json").read_text())
+    assert "zero_gradient" in {f["kind"] for f in live["findings"]}
     start = time.perf_counter()
     proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path / "vanilla"), "--plot", str(tmp_path / "d.png")])
     seconds = time.perf_counter() - start

@@ -6,6 +6,9 @@ spread). This callback reads the same log history ``rookgrpo doctor RUN`` reads 
 (:mod:`rookgrpo.doctor.detectors`), after every ``check_every``-th log, and says each new finding once, with its
 cause and fix. With ``halt_on`` it ends the run on the named findings, saving a checkpoint first.
 
+On a plain TRL ``GRPOTrainer`` (an ordinary ``TrainerCallback`` there) the detectors, warnings, ``halt_on`` and
+``doctor.json`` work the same; the KL gradient needs :class:`~rookgrpo.RookGRPOTrainer`'s hooks.
+
 It also measures what the logged numbers cannot say: every ``kl_grad_every`` optimizer steps, how much of the update
 the KL term makes (:mod:`rookgrpo.dynamics.kl_grad`): ``loss/kl_grad_share``, ``grad/kl_norm``,
 ``grad/policy_norm``, ``grad/kl_policy_cos``, in the next log. At the end it writes ``doctor.json`` (findings and
@@ -136,7 +139,7 @@ class Doctor(RookCallback):
         if self._logs % self.check_every:
             return
         findings, _ = self._check(state)
-        main = self.trainer.accelerator.is_main_process
+        main = state.is_world_process_zero  # not the trainer's: on a plain TRL GRPOTrainer bind() never ran
         for finding in findings:
             if finding.key in self.reported:
                 continue
@@ -155,7 +158,7 @@ class Doctor(RookCallback):
         if self.meter is not None:
             self.meter.restore()
         findings, skipped = self._check(state)
-        if not self.trainer.accelerator.is_main_process:
+        if not state.is_world_process_zero:
             return
         if self.report and args.output_dir:
             os.makedirs(args.output_dir, exist_ok=True)
