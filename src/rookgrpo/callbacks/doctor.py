@@ -30,13 +30,6 @@ from .registry import register_callback
 logger = logging.getLogger("rookgrpo.doctor")
 
 
-def finding_kinds() -> list[str]:
-    """Every kind of finding the detectors can report (what ``halt_on`` may name)."""
-    from ..doctor.detectors import KINDS
-
-    return list(KINDS)
-
-
 @register_callback("doctor")
 class Doctor(RookCallback):
     """Detect the ways a GRPO run fails from its logs, live (see the module docstring and ``rookgrpo doctor``).
@@ -62,6 +55,7 @@ class Doctor(RookCallback):
     def __init__(self, check_every: int = 1, kl_grad_every: int = 10, halt_on: Sequence[str] = (),
                  thresholds: Mapping | None = None, report: str | None = "doctor.json"):
         from ..doctor import Thresholds
+        from ..doctor.detectors import KINDS
 
         if int(check_every) < 1:
             raise ConfigError(f"doctor.check_every: got {check_every}; it must be >= 1 (logs between checks).")
@@ -69,9 +63,9 @@ class Doctor(RookCallback):
             raise ConfigError(f"doctor.kl_grad_every: got {kl_grad_every}; it must be >= 0 (0 turns it off).")
         if isinstance(halt_on, str):
             halt_on = [halt_on]
-        unknown = [k for k in halt_on if k not in finding_kinds()]
+        unknown = [k for k in halt_on if k not in KINDS]
         if unknown:
-            raise ConfigError(f"doctor.halt_on: unknown finding kind(s) {unknown}; kinds: {', '.join(finding_kinds())}.")
+            raise ConfigError(f"doctor.halt_on: unknown finding kind(s) {unknown}; kinds: {', '.join(KINDS)}.")
         fields = {f.name for f in dataclasses.fields(Thresholds)}
         bad = sorted(set(thresholds or {}) - fields)
         if bad:
@@ -157,9 +151,9 @@ class Doctor(RookCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self.meter is not None:
             self.meter.restore()
-        findings, skipped = self._check(state)
         if not state.is_world_process_zero:
             return
+        findings, skipped = self._check(state)
         if self.report and args.output_dir:
             os.makedirs(args.output_dir, exist_ok=True)
             with open(os.path.join(args.output_dir, self.report), "w") as f:

@@ -32,6 +32,7 @@ class History:
     source: str = "<memory>"
     #: reward name -> weight, when the run recorded them (rookgrpo's ``run_info.json``); else empty (weights 1)
     reward_weights: dict[str, float] = field(default_factory=dict)
+    _names: set[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def curve(self, name: str, finite: bool = True) -> tuple[list[int], list[float]]:
         """(steps, values) of every entry that logged ``name`` as a number; NaN and inf dropped unless ``finite`` is
@@ -48,8 +49,10 @@ class History:
         return steps, values
 
     def names(self) -> set[str]:
-        """Every metric name logged at least once."""
-        return {k for entry in self.entries for k in entry if k != "step"}
+        """Every metric name logged at least once (scanned once: several detectors ask)."""
+        if self._names is None:
+            self._names = {k for entry in self.entries for k in entry if k != "step"}
+        return self._names
 
     @property
     def last_step(self) -> int:

@@ -40,7 +40,6 @@ class KLGradMeter:
         self.trainer = trainer
         self.params = [p for p in trainer.model.parameters() if p.requires_grad]
         self.enabled = True
-        self.reason = ""
         if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
             self._disable("gradients are kept by DeepSpeed/FSDP, not in each parameter's .grad")
         self.measuring = False
@@ -49,7 +48,7 @@ class KLGradMeter:
 
     def _disable(self, reason: str) -> None:
         if self.enabled:
-            self.enabled, self.reason = False, reason
+            self.enabled = False
             if self.trainer.accelerator.is_main_process:
                 logger.info("loss/kl_grad_share is not measured: %s.", reason)
 
