@@ -89,6 +89,10 @@ def test_kl_dominates_keyed_to_the_gradient_share_not_the_loss_share():
 def test_skipped_detectors_name_the_metric_they_needed():
     _, skipped = diagnose(History(_curve("reward", [0.1] * 5)))
     assert "needs loss/kl_grad_share" in skipped["kl_dominates"]
+    assert "needs heldout/* or eval_*" in skipped["heldout"] and "rewards/*/std" in skipped["reward_components"]
+    _, skipped = diagnose(History(_merge(_curve("reward", [0.1] * 5), _curve("eval_loss", [1.0] * 5),
+                                         _curve("rewards/a/std", [0.1] * 5))))
+    assert "heldout" not in skipped and "reward_components" not in skipped
 
 
 # ---- real runs built to fail ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ the batch as generated; with ``zero_std_resampling`` the ``optimised/*`` copies 
 
 from __future__ import annotations
 
+import fnmatch
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -80,7 +81,8 @@ KINDS = ("nonfinite", "zero_gradient", "grad_growth", "grad_spike", "entropy_col
          "reward_decline", "reward_dead", "reward_dominant", "zero_std", "kl_only_groups", "heldout_drop")
 
 Detector = Callable[[History, Thresholds], list[Finding]]
-#: kind(s) -> detector, in report order; ``needs`` names the metrics each reads (for the skipped list).
+#: kind(s) -> detector, in report order; ``needs`` names the metrics each reads, ``*`` for any part of a name (a
+#: detector none of whose ``needs`` was logged is listed as skipped instead of run).
 DETECTORS: dict[str, tuple[Detector, tuple[str, ...]]] = {}
 
 
@@ -353,7 +355,7 @@ def _components(h: History) -> list[str]:
     return sorted(n[len("rewards/"):-len("/std")] for n in h.names() if n.startswith("rewards/") and n.endswith("/std"))
 
 
-@detector("rewards/<name>/std")
+@detector("rewards/*/std")
 def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
     names = _components(h)
     if len(names) < 2:
@@ -469,7 +471,7 @@ def heldout_metrics(h: History) -> list[str]:
     return out
 
 
-@detector("heldout/<name> or eval_<name>")
+@detector("heldout/*", "eval_*")
 def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
     out = []
     r_steps, reward = h.curve("reward")
@@ -530,7 +532,7 @@ def diagnose(history: History, thresholds: Thresholds | None = None,
     for name, (fn, needs) in DETECTORS.items():
         if only and name not in only:
             continue
-        if needs and not any(n in names or "<" in n for n in needs):
+        if needs and not any(fnmatch.filter(names, n) for n in needs):
             skipped[name] = f"needs {' or '.join(needs)}, not logged"
             continue
         found = fn(history, t)
