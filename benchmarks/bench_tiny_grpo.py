@@ -283,6 +283,36 @@ PAIRS += [(a, against) for a in GRID for against in ("vanilla", "rookgrpo")]
 PAIRS += [(a, "sft-only") for a in ("anchor-0.1", "anchor-0.3")]
 
 
+PRIMARY = [("move_rank_reward", "move-rank reward"), ("env_exact_accuracy", "A: exact")]  # pre-declared in the plan
+
+
+def _t(t) -> str:
+    return "" if t is None or t != t else f"{t:.1f}"
+
+
+def decide(base: dict, runs: dict[str, list[dict]]) -> dict:
+    """The plan's decision rule, per arm: each primary metric's change against the start (mean ± se over seeds, t),
+    t paired by seed against vanilla and the recipe, and whether the arm meets the rule (a primary metric up with
+    t ≥ 2 against the start, neither down with t < -1). Arms with fewer than two seeds are left out (no spread)."""
+    out = {}
+    for arm, rs in runs.items():
+        if len({r["seed"] for r in rs}) < 2:
+            continue
+        d = {}
+        for k, _ in PRIMARY:
+            mean, se = mean_se([r["eval"][k] - base[k] for r in rs])
+            d[k] = {"mean": mean, "se": se, "t": mean / se if se else float("nan")}
+            for against, key in (("vanilla", "t_vanilla"), ("rookgrpo", "t_recipe")):
+                if against in runs and against != arm:
+                    other = {r["seed"]: r["eval"][k] for r in runs[against]}
+                    m, e = mean_se([r["eval"][k] - other[r["seed"]] for r in rs if r["seed"] in other])
+                    d[k][key] = m / e if e else float("nan")
+        ts = [d[k]["t"] for k, _ in PRIMARY]
+        d["meets_rule"] = any(t >= 2 for t in ts) and not any(t < -1 for t in ts)
+        out[arm] = d
+    return out
+
+
 def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int], eval_depth: int) -> dict:
     """The result (title, description, table, paired changes) from the start's evaluation and the arms' runs."""
     header = "| arm | " + " | ".join(label for _, label in METRICS) + \
@@ -316,7 +346,7 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
             cells.append(f"{mean:+.3f} ± {se:.3f} (t {mean / se:.1f})" if se and se == se else f"{mean:+.3f}")
         paired_rows.append(f"| {arm} − {against} | " + " | ".join(cells) + " |")
     if all("eval_train" in r for rs in runs.values() for r in rs) and runs:
-        primary = METRICS[:1] + [m for m in METRICS if m[0] == "env_exact_accuracy"]
+        primary = PRIMARY
         paired_rows += ["", "The same runs on the 1,024 GRPO positions (`rookgrpo/tiny-rookworld-train`; trained on, "
                         "so this measures fit, not transfer), primary metrics, mean ± standard error over seeds:", "",
                         "| arm | " + " | ".join(label for _, label in primary) + " |",
@@ -325,6 +355,22 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
             cells = [f"{mean:.3f} ± {se:.3f}" for mean, se in (mean_se([r["eval_train"][k] for r in rs])
                                                                for k, _ in primary)]
             paired_rows.append(f"| {arm} | " + " | ".join(cells) + " |")
+    decision = decide(base, runs)
+    if decision:
+        paired_rows += ["", "The plan's decision rule (docs/experiments/2026-11-27-grpo-grid-plan.md): an arm ships when it "
+                        "raises a primary metric with t ≥ 2 against the start and lowers neither with t < −1; it wins "
+                        "a metric against vanilla and the recipe when t ≥ 2 against both. Change against the start "
+                        "(mean ± standard error over seeds, t), and t paired by seed against vanilla and the recipe:",
+                        "", "| arm | " + " | ".join(f"{label} − start | t vs vanilla | t vs recipe"
+                                                    for _, label in PRIMARY) + " | meets the rule |",
+                        "|" + " --- |" * (3 * len(PRIMARY) + 2)]
+        for arm, d in decision.items():
+            cells = []
+            for k, _ in PRIMARY:
+                c = d[k]
+                cells += [f"{c['mean']:+.3f} ± {c['se']:.3f} (t {c['t']:.1f})", _t(c.get("t_vanilla")),
+                          _t(c.get("t_recipe"))]
+            paired_rows.append(f"| {arm} | " + " | ".join(cells) + f" | {'yes' if d['meets_rule'] else 'no'} |")
     n = base["n_policy"] + base["n_env"]
     return {
         "title": f"Held-out chess for the same generation budget (tiny-rookworld, {len(seeds)} seeds per arm)",
@@ -336,13 +382,23 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
         "table": "\n".join(rows + paired_rows),
         "command": f"python benchmarks/bench_tiny_grpo.py --steps {steps} --seeds "
                    f"{' '.join(map(str, seeds))} --arms {' '.join(runs)}",
-        "start": base, "runs": runs, "paired": paired,
+        "start": base, "runs": runs, "paired": paired, "decision": decision,
     }
 
 
 def saved_result(path: str, flag: str, ap) -> tuple[dict, int, list[int]]:
-    """A result this script wrote, with the steps and seeds its command ran."""
+    """A result this script wrote, with the steps and seeds its command ran. A grid's ``OUT.partial`` (no command:
+    the grid has not finished) gives the seeds it holds; its table is marked as partial and takes each run's stamp."""
     saved = json.loads(Path(path).read_text())
+    if flag == "--from_result" and "command" not in saved and {"steps", "start", "runs"} <= set(saved):
+        runs = {arm: rs for arm, rs in saved["runs"].items() if rs}
+        seeds = sorted({r["seed"] for rs in runs.values() for r in rs})
+        stamps = sorted({r["measured"]["commit"] for rs in runs.values() for r in rs if "measured" in r})
+        saved = {**saved, "runs": runs, "partial": sum(map(len, runs.values())),
+                 "measured": {"commits": stamps, "partial": True},
+                 "command": f"python benchmarks/bench_tiny_grpo.py --steps {saved['steps']} --seeds "
+                            f"{' '.join(map(str, seeds))} --arms {' '.join(runs)} (unfinished: {path})"}
+        return saved, saved["steps"], seeds
     missing = [k for k in ("command", "start", "runs", "measured") if k not in saved]
     if missing:
         ap.error(f"{flag} {path}: no {', '.join(missing)}; pass a result this script wrote with --out "
@@ -382,6 +438,12 @@ def main(argv=None):
         for key in ("command", "measured", "added"):  # the numbers are the saved runs', not this rewrite's
             if key in saved:
                 result[key] = saved[key]
+        if "partial" in saved:  # a grid part way: say so above the table, with how many runs it holds
+            held = {arm: len(rs) for arm, rs in saved["runs"].items()}
+            result["title"] += f" (unfinished: {saved['partial']} runs)"
+            result["table"] = (f"Unfinished grid, {saved['partial']} runs (" +
+                               ", ".join(f"{arm} {n}" for arm, n in held.items()) +
+                               "): a look, not a result.\n\n" + result["table"])
         return finish(result, args.out)
     saved = None
     if args.add_to:
@@ -405,13 +467,24 @@ def main(argv=None):
             ap.error(f"--add_to {args.add_to}: the packaged model's evaluation differs from the saved start "
                      f"({'; '.join(changed)}); its arms describe another model or evaluation, rerun them all")
         partial = Path(f"{args.out}.partial") if args.out else None
+        others: dict[str, list[dict]] = {}
         if partial is not None and partial.exists():  # a grid stopped part way: keep the runs it finished
             done = json.loads(partial.read_text())
-            if done.get("steps") == args.steps and done.get("start") == base:
-                for arm, rs in done["runs"].items():
-                    if arm in runs:
-                        runs[arm] = [r for r in rs if r["seed"] in args.seeds]
-                print(f"resuming {partial}: {sum(map(len, runs.values()))} runs done", flush=True)
+            # Another grid's runs (other steps, or a start that evaluates differently) are never mixed in, nor
+            # silently overwritten: the user moves the file or changes --out.
+            if done.get("steps") != args.steps:
+                ap.error(f"--out {args.out}: {partial} holds runs of --steps {done.get('steps')}, not {args.steps}; "
+                         "pass its steps to resume it, or move it away to start another grid")
+            if changed := same_start(done.get("start", {}), base):
+                ap.error(f"--out {args.out}: the packaged model's evaluation differs from the start {partial} was "
+                         f"measured from ({'; '.join(changed)}); move it away to start another grid")
+            held = {arm: [r for r in rs if r["seed"] in args.seeds] for arm, rs in done["runs"].items()}
+            for arm, rs in held.items():
+                if arm in runs:
+                    runs[arm] = rs
+            # Runs of arms or seeds this command does not name stay in the file.
+            others = {arm: [r for r in rs if r not in runs.get(arm, [])] for arm, rs in done["runs"].items()}
+            print(f"resuming {partial}: {sum(map(len, runs.values()))} runs done", flush=True)
         for seed in args.seeds:  # arms interleaved per seed, so machine load drifts alike
             for arm in args.arms:
                 if any(r["seed"] == seed for r in runs[arm]):
@@ -426,7 +499,9 @@ def main(argv=None):
                 runs[arm].append(r)
                 print(f"seed {seed} {arm}: " + ", ".join(f"{k} {m[k]:.3f}" for k, _ in METRICS), flush=True)
                 if partial is not None:
-                    partial.write_text(json.dumps({"steps": args.steps, "start": base, "runs": runs}, indent=1))
+                    every = {a: sorted(others.get(a, []) + runs.get(a, []), key=lambda r: r["seed"])
+                             for a in dict.fromkeys([*ARMS, *others]) if others.get(a) or runs.get(a)}
+                    partial.write_text(json.dumps({"steps": args.steps, "start": base, "runs": every}, indent=1))
     if saved is None:
         return finish(report(base, runs, args.steps, args.seeds, args.eval_depth), args.out)
     every = {arm: (saved["runs"].get(arm) or runs[arm]) for arm in ARMS if arm in saved["runs"] or arm in runs}

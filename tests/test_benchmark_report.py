@@ -204,3 +204,92 @@ def test_every_grid_arm_is_a_valid_recipe_that_differs_from_the_shipped_one_as_n
             assert set(recipe["reward_weights"]) == {spec["weights"]}
         else:
             assert recipe["reward_weights"] == shipped["reward_weights"]
+
+
+def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid(tmp_path, monkeypatch):
+    """The decision table applies the pre-registered rule (a primary metric up with t >= 2 against the start,
+    neither down with t < -1); an unfinished grid's ``.partial`` tables as a look, marked unfinished."""
+    import json
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    keys = [k for k, _ in bench.METRICS]
+
+    def runs(rank, exact):  # per seed: (move-rank reward, A: exact); other metrics 0
+        return [{"seed": s, "eval": {**dict.fromkeys(keys, 0.0), "move_rank_reward": r, "env_exact_accuracy": e},
+                 "steps": 10, "generated": 320, "seconds": 60.0, "a_flat_before": 0.5, "a_flat_after": 0.5,
+                 "flat_before": 0.1, "flat_after": 0.1, "measured": {"commit": f"c{s}"}}
+                for s, r, e in zip((1, 2, 3), rank, exact)]
+
+    start = {"n_policy": 3, "n_env": 1, "engine_depth": 8, **dict.fromkeys(keys, 0.0),
+             "move_rank_reward": 0.20, "env_exact_accuracy": 0.28}
+    arms = {"vanilla": runs((0.22, 0.23, 0.21), (0.22, 0.20, 0.24)),  # rank up (t 3.5), A: down (t -5.2)
+            "rookgrpo": runs((0.24, 0.25, 0.26), (0.28, 0.29, 0.27)),  # rank up (t 8.7), A: flat: meets it
+            "anchor-0.1": runs((0.20, 0.21, 0.22), (0.27, 0.28, 0.26)),  # rank up (t 1.7), A: t -1.7: does not
+            "dr-grpo": runs((0.25,), (0.30,))}  # one seed: no spread, no decision
+    partial = tmp_path / "grid.json.partial"
+    partial.write_text(json.dumps({"steps": 10, "start": start, "runs": {**arms, "sft-only": []}}))
+    out = tmp_path / "table.json"
+    bench.main(["--from_result", str(partial), "--out", str(out)])
+    result = json.loads(out.read_text())
+    decision = result["decision"]
+    assert [arm for arm, d in decision.items() if d["meets_rule"]] == ["rookgrpo"]
+    assert "dr-grpo" not in decision and set(decision) == {"vanilla", "rookgrpo", "anchor-0.1"}
+    assert abs(decision["vanilla"]["env_exact_accuracy"]["mean"] + 0.06) < 1e-9
+    assert decision["rookgrpo"]["move_rank_reward"]["t_vanilla"] > 2
+    assert decision["vanilla"]["move_rank_reward"].get("t_vanilla") is None
+    assert "| rookgrpo | +0.050 ± 0.006 (t 8.7) |" in result["table"]
+    assert result["table"].startswith("Unfinished grid, 10 runs (vanilla 3, rookgrpo 3, anchor-0.1 3, dr-grpo 1)")
+    assert "unfinished" in result["title"] and result["measured"] == {"commits": ["c1", "c2", "c3"],
+                                                                      "partial": True}
+
+
+def test_bench_tiny_grpo_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, monkeypatch):
+    """Resuming keeps the runs of seeds and arms the command does not name, and refuses a .partial measured at other
+    steps or from a start that evaluates differently, instead of overwriting it."""
+    import json
+
+    import pytest
+
+    import rookgrpo.evaluate
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    keys = [k for k, _ in bench.METRICS]
+    start = {"n_policy": 3, "n_env": 1, "engine_depth": 8, **dict.fromkeys(keys, 0.0)}
+
+    def held(arm, seed):
+        return {"seed": seed, "arm": arm, "eval": dict.fromkeys(keys, 0.1), "steps": 7, "generated": 224,
+                "seconds": 1.0, "a_flat_before": 0.5, "a_flat_after": 0.5, "flat_before": 0.1, "flat_after": 0.1}
+
+    out = tmp_path / "grid.json"
+    partial = tmp_path / "grid.json.partial"
+    before = {"steps": 7, "start": start, "runs": {"vanilla": [held("vanilla", 1), held("vanilla", 3)],
+                                                  "dr-grpo": [held("dr-grpo", 1)]}}
+    partial.write_text(json.dumps(before))
+    trained = []
+
+    def fake_run(arm, seed, steps, tmp):
+        trained.append((arm, seed))
+        return {"model": f"{arm}-{seed}", "steps": steps, "seconds": 1.0, "generated": 224, "a_flat_before": 0.4,
+                "a_flat_after": 0.4, "flat_before": 0.1, "flat_after": 0.1}
+
+    fresh = [0.0]
+    monkeypatch.setattr(bench, "run", fake_run)
+    monkeypatch.setattr(rookgrpo.evaluate, "evaluate",
+                        lambda model, data, **kw: {**start, **dict.fromkeys(keys, fresh[0] if model ==
+                                                                             "rookgrpo/tiny-rookworld" else 0.2)})
+    bench.main(["--steps", "7", "--seeds", "1", "2", "--arms", "vanilla", "rookgrpo", "--out", str(out)])
+    assert trained == [("rookgrpo", 1), ("vanilla", 2), ("rookgrpo", 2)]
+    kept = json.loads(partial.read_text())["runs"]
+    assert [r["seed"] for r in kept["vanilla"]] == [1, 2, 3]  # seed 3 not named, still there
+    assert kept["dr-grpo"] == before["runs"]["dr-grpo"]  # an arm not named, still there
+    assert [r["seed"] for r in kept["rookgrpo"]] == [1, 2]
+    # Other steps, or another start: refused before anything trains, the file untouched.
+    text, trained[:] = partial.read_text(), []
+    with pytest.raises(SystemExit):
+        bench.main(["--steps", "8", "--seeds", "1", "--arms", "vanilla", "--out", str(out)])
+    fresh[0] = 0.01
+    with pytest.raises(SystemExit):
+        bench.main(["--steps", "7", "--seeds", "4", "--arms", "vanilla", "--out", str(out)])
+    assert trained == [] and partial.read_text() == text
