@@ -383,19 +383,20 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
         "command": f"python benchmarks/bench_tiny_grpo.py --steps {steps} --seeds "
                    f"{' '.join(map(str, seeds))} --arms {' '.join(runs)}",
         "start": base, "runs": runs, "paired": paired, "decision": decision,
+        # A grid resumed over several sessions: the commits its runs were measured at (each run keeps its stamp).
+        "run_commits": sorted({r["measured"]["commit"] for rs in runs.values() for r in rs if "measured" in r}),
     }
 
 
 def saved_result(path: str, flag: str, ap) -> tuple[dict, int, list[int]]:
     """A result this script wrote, with the steps and seeds its command ran. A grid's ``OUT.partial`` (no command:
-    the grid has not finished) gives the seeds it holds; its table is marked as partial and takes each run's stamp."""
+    the grid has not finished) gives the seeds it holds; its table is marked as unfinished (each run keeps its stamp:
+    the result's ``run_commits``)."""
     saved = json.loads(Path(path).read_text())
     if flag == "--from_result" and "command" not in saved and {"steps", "start", "runs"} <= set(saved):
         runs = {arm: rs for arm, rs in saved["runs"].items() if rs}
         seeds = sorted({r["seed"] for rs in runs.values() for r in rs})
-        stamps = sorted({r["measured"]["commit"] for rs in runs.values() for r in rs if "measured" in r})
         saved = {**saved, "runs": runs, "partial": sum(map(len, runs.values())),
-                 "measured": {"commits": stamps, "partial": True},
                  "command": f"python benchmarks/bench_tiny_grpo.py --steps {saved['steps']} --seeds "
                             f"{' '.join(map(str, seeds))} --arms {' '.join(runs)} (unfinished: {path})"}
         return saved, saved["steps"], seeds

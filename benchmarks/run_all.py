@@ -147,6 +147,8 @@ def _section(name: str, script: str, level: str, model_changed: str | None, fix:
     if result.get("measured"):
         m = result["measured"]
         lines += [f"Measured at commit `{m['commit']}` on {m['date']} ({m['machine']}).", ""]
+        if set(result.get("run_commits") or [m["commit"]]) != {m["commit"]}:  # a grid resumed across commits
+            lines += [f"Its runs were measured at commits {', '.join(f'`{c}`' for c in result['run_commits'])}.", ""]
         for part in result.get("added", []):  # arms a later command trained and tabled with these
             a = part["measured"]
             lines += [f"Arms {', '.join(f'`{arm}`' for arm in part['arms'])} added by `{part['command']}` at "

@@ -240,8 +240,7 @@ def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid
     assert decision["vanilla"]["move_rank_reward"].get("t_vanilla") is None
     assert "| rookgrpo | +0.050 ± 0.006 (t 8.7) |" in result["table"]
     assert result["table"].startswith("Unfinished grid, 10 runs (vanilla 3, rookgrpo 3, anchor-0.1 3, dr-grpo 1)")
-    assert "unfinished" in result["title"] and result["measured"] == {"commits": ["c1", "c2", "c3"],
-                                                                      "partial": True}
+    assert "unfinished" in result["title"] and result["run_commits"] == ["c1", "c2", "c3"]
 
 
 def test_bench_tiny_grpo_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, monkeypatch):
