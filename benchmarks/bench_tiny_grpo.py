@@ -286,6 +286,16 @@ PAIRS += [(a, "sft-only") for a in ("anchor-0.1", "anchor-0.3")]
 PRIMARY = [("move_rank_reward", "move-rank reward"), ("env_exact_accuracy", "A: exact")]  # pre-declared in the plan
 
 
+def t_stat(mean: float, se: float) -> float:
+    """mean / se; with no spread (every seed alike) a change is certain in its direction (±inf) and none is 0, so
+    an arm whose seeds all lost the same is not read as undecided."""
+    if se != se or mean != mean:
+        return float("nan")
+    if se == 0:
+        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
+    return mean / se
+
+
 def _t(t) -> str:
     return "" if t is None or t != t else f"{t:.1f}"
 
@@ -301,12 +311,12 @@ def decide(base: dict, runs: dict[str, list[dict]]) -> dict:
         d = {}
         for k, _ in PRIMARY:
             mean, se = mean_se([r["eval"][k] - base[k] for r in rs])
-            d[k] = {"mean": mean, "se": se, "t": mean / se if se else float("nan")}
+            d[k] = {"mean": mean, "se": se, "t": t_stat(mean, se)}
             for against, key in (("vanilla", "t_vanilla"), ("rookgrpo", "t_recipe")):
                 if against in runs and against != arm:
                     other = {r["seed"]: r["eval"][k] for r in runs[against]}
                     m, e = mean_se([r["eval"][k] - other[r["seed"]] for r in rs if r["seed"] in other])
-                    d[k][key] = m / e if e else float("nan")
+                    d[k][key] = t_stat(m, e)
         ts = [d[k]["t"] for k, _ in PRIMARY]
         d["meets_rule"] = any(t >= 2 for t in ts) and not any(t < -1 for t in ts)
         out[arm] = d

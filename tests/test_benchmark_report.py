@@ -226,7 +226,8 @@ def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid
     arms = {"vanilla": runs((0.22, 0.23, 0.21), (0.22, 0.20, 0.24)),  # rank up (t 3.5), A: down (t -5.2)
             "rookgrpo": runs((0.24, 0.25, 0.26), (0.28, 0.29, 0.27)),  # rank up (t 8.7), A: flat: meets it
             "anchor-0.1": runs((0.20, 0.21, 0.22), (0.27, 0.28, 0.26)),  # rank up (t 1.7), A: t -1.7: does not
-            "dr-grpo": runs((0.25,), (0.30,))}  # one seed: no spread, no decision
+            "dr-grpo": runs((0.25,), (0.30,)),  # one seed: no spread, no decision
+            "negative-A-0.25": runs((0.25, 0.26, 0.27), (0.17, 0.17, 0.17))}  # A: down alike on every seed: t -inf
     partial = tmp_path / "grid.json.partial"
     partial.write_text(json.dumps({"steps": 10, "start": start, "runs": {**arms, "sft-only": []}}))
     out = tmp_path / "table.json"
@@ -234,12 +235,14 @@ def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid
     result = json.loads(out.read_text())
     decision = result["decision"]
     assert [arm for arm, d in decision.items() if d["meets_rule"]] == ["rookgrpo"]
-    assert "dr-grpo" not in decision and set(decision) == {"vanilla", "rookgrpo", "anchor-0.1"}
+    assert "dr-grpo" not in decision and set(decision) == {"vanilla", "rookgrpo", "anchor-0.1", "negative-A-0.25"}
+    assert decision["negative-A-0.25"]["env_exact_accuracy"]["t"] == float("-inf")
     assert abs(decision["vanilla"]["env_exact_accuracy"]["mean"] + 0.06) < 1e-9
     assert decision["rookgrpo"]["move_rank_reward"]["t_vanilla"] > 2
     assert decision["vanilla"]["move_rank_reward"].get("t_vanilla") is None
     assert "| rookgrpo | +0.050 ± 0.006 (t 8.7) |" in result["table"]
-    assert result["table"].startswith("Unfinished grid, 10 runs (vanilla 3, rookgrpo 3, anchor-0.1 3, dr-grpo 1)")
+    assert result["table"].startswith("Unfinished grid, 13 runs (vanilla 3, rookgrpo 3, anchor-0.1 3, dr-grpo 1, "
+                                       "negative-A-0.25 3)")
     assert "unfinished" in result["title"] and result["run_commits"] == ["c1", "c2", "c3"]
 
 
