@@ -489,12 +489,14 @@ def main(argv=None):
             if changed := same_start(done.get("start", {}), base):
                 ap.error(f"--out {args.out}: the packaged model's evaluation differs from the start {partial} was "
                          f"measured from ({'; '.join(changed)}); move it away to start another grid")
-            held = {arm: [r for r in rs if r["seed"] in args.seeds] for arm, rs in done["runs"].items()}
-            for arm, rs in held.items():
+            def named(arm: str, r: dict) -> bool:  # a run this command would train
+                return arm in runs and r["seed"] in args.seeds
+
+            for arm, rs in done["runs"].items():
                 if arm in runs:
-                    runs[arm] = rs
+                    runs[arm] = [r for r in rs if named(arm, r)]
             # Runs of arms or seeds this command does not name stay in the file.
-            others = {arm: [r for r in rs if r not in runs.get(arm, [])] for arm, rs in done["runs"].items()}
+            others = {arm: [r for r in rs if not named(arm, r)] for arm, rs in done["runs"].items()}
             print(f"resuming {partial}: {sum(map(len, runs.values()))} runs done", flush=True)
         for seed in args.seeds:  # arms interleaved per seed, so machine load drifts alike
             for arm in args.arms:
