@@ -98,6 +98,57 @@ ARM_TEXT = {
     "anchor-0.3": "the recipe plus `sft_anchor` (A: lines, 16 per loss) at coef 0.3",
     "sft-only": "`sft_anchor` at coef 0.3 with every reward weighted 0 and no resampling (supervised steps alone)",
 }
+# The levers an arm can combine with ``+`` (e.g. ``lr1e-5-cosine+anchor-0.1``: the grid's ``best`` arm, named by what it
+# combines): the recipe's changes, not the vanilla arms, the recipe itself or the supervised control.
+LEVERS = tuple(a for a in ARMS if a not in (*("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature"),
+                                            "sft-only"))
+
+
+def arm_spec(arm: str) -> dict:
+    """An arm's spec; ``a+b`` combines the levers' changes: fields set, keys dropped, callbacks added and removed.
+    Two levers that set the same field (two learning rates) or add the same callback do not combine.
+
+    >>> arm_spec("lr1e-5-cosine+anchor-0.1")["set"]["learning_rate"]
+    1e-05
+    """
+    if arm in ARM_SPECS:
+        return ARM_SPECS[arm]
+    parts = arm.split("+")
+    unknown = [p for p in parts if p not in LEVERS]
+    if len(parts) < 2 or unknown or len(set(parts)) < len(parts):
+        raise ValueError(f"arm {arm!r}: not an arm, nor a combination of two or more different levers joined by "
+                         f"'+' ({', '.join(unknown) or arm} unknown); arms: {', '.join(ARMS)}")
+    spec: dict = {"set": {}, "drop": [], "callbacks": [], "remove": []}
+    for part in parts:
+        s = ARM_SPECS[part]
+        if clash := set(s.get("set", {})) & set(spec["set"]):
+            raise ValueError(f"arm {arm!r}: {part} sets {', '.join(sorted(clash))}, which another part sets too")
+        names = {c["name"] for c in spec["callbacks"]}
+        if clash := {c["name"] for c in s.get("callbacks", ())} & names:
+            raise ValueError(f"arm {arm!r}: {part} adds {', '.join(sorted(clash))}, which another part adds too")
+        spec["set"].update(s.get("set", {}))
+        spec["callbacks"] += list(s.get("callbacks", ()))
+        spec["drop"] += list(s.get("drop", ()))
+        spec["remove"] += list(s.get("remove", ()))
+    return spec
+
+
+def arm_text(arm: str) -> str:
+    """An arm's description; a combination's names its parts."""
+    if arm in ARM_TEXT:
+        return ARM_TEXT[arm]
+    return "the recipe with every change of " + " and ".join(f"`{p}`" for p in arm.split("+"))
+
+
+def arm_name(text: str) -> str:
+    """``--arms`` values: an arm, or levers joined by '+' (checked here, before anything trains)."""
+    try:
+        arm_spec(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 METRICS = [("move_rank_reward", "move-rank reward"), ("best_move_accuracy", "best move"), ("top5_accuracy", "top-5"), ("legal_move_rate", "legal"),
            ("env_exact_accuracy", "A: exact"), ("best_move_reward", "best-move reward"), ("format_rate", "greedy format"),
            ("env_broken_rate", "A: not a board")]
@@ -165,7 +216,7 @@ class FlatGroups:
 def arm_recipe(arm: str, tmp: str) -> str:
     """The recipe an arm runs: the shipped one without the held-out callback and the guard that selects on it (an arm
     is judged by its last step's weights), and for the ablation no task kwargs."""
-    spec = ARM_SPECS[arm]
+    spec = arm_spec(arm)
     recipe = yaml.safe_load(RECIPE.read_text())
     removed = ("chess_eval", "heldout_guard", *spec.get("remove", ()))
     recipe["callbacks"] = [c for c in recipe.get("callbacks", [])
@@ -175,7 +226,7 @@ def arm_recipe(arm: str, tmp: str) -> str:
     recipe.update(spec.get("set", {}))
     if "weights" in spec:
         recipe["reward_weights"] = [spec["weights"]] * len(recipe["reward_funcs"])
-    path = Path(tmp) / f"{arm}.yaml"
+    path = Path(tmp) / f"{arm.replace('+', '_')}.yaml"
     path.write_text(yaml.safe_dump(recipe))
     return str(path)
 
@@ -291,6 +342,7 @@ def t_stat(mean: float, se: float) -> float:
     an arm whose seeds all lost the same is not read as undecided."""
     if se != se or mean != mean:
         return float("nan")
+    mean, se = round(mean, 12), round(se, 12)  # float noise in differences of equal changes is no spread
     if se == 0:
         return 0.0 if mean == 0 else math.copysign(math.inf, mean)
     return mean / se
@@ -344,7 +396,11 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
                    "t = mean / se):", "", "| arm − against | " + " | ".join(label for _, label in METRICS) + " |",
                    "|" + " --- |" * (len(METRICS) + 1)]
     paired = {}
-    for arm, against in PAIRS:
+    # A combination against vanilla, the recipe and each lever it combines (and the anchor's supervised control).
+    combos = [(arm, against) for arm in runs if arm not in ARM_SPECS
+              for against in ("vanilla", "rookgrpo", *arm.split("+"),
+                              *(["sft-only"] if any(p.startswith("anchor-") for p in arm.split("+")) else []))]
+    for arm, against in PAIRS + combos:
         if arm not in runs or against not in runs:
             continue
         cells = []
@@ -353,7 +409,7 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
             mean, se = mean_se([r["eval"][k] - by_seed[k][r["seed"]] for r in runs[arm] if r["seed"] in by_seed[k]])
             # Against vanilla the key is the arm's alone, as results written before the other pairs have it.
             paired[f"{arm}/{k}" if against == "vanilla" else f"{arm}-{against}/{k}"] = {"mean": mean, "se": se}
-            cells.append(f"{mean:+.3f} ± {se:.3f} (t {mean / se:.1f})" if se and se == se else f"{mean:+.3f}")
+            cells.append(f"{mean:+.3f} ± {se:.3f} (t {_t(t_stat(mean, se))})" if se == se else f"{mean:+.3f}")
         paired_rows.append(f"| {arm} − {against} | " + " | ".join(cells) + " |")
     if all("eval_train" in r for rs in runs.values() for r in rs) and runs:
         primary = PRIMARY
@@ -385,7 +441,7 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
     return {
         "title": f"Held-out chess for the same generation budget (tiny-rookworld, {len(seeds)} seeds per arm)",
         "description": f"`recipes/rookworld-tiny.yaml`, {steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
-                       "temperature, no resampling); arms: " + "; ".join(f"`{a}`: {ARM_TEXT[a]}" for a in runs) +
+                       "temperature, no resampling); arms: " + "; ".join(f"`{a}`: {arm_text(a)}" for a in runs) +
                        ". Every arm stops at vanilla's number of generated completions. Greedy evaluation on the "
                        f"{n} held-out positions ({base['n_policy']} P:, {base['n_env']} A:), Stockfish depth "
                        f"{eval_depth}; mean ± standard error over seeds.",
@@ -432,7 +488,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100, help="vanilla's steps; the others stop at its completions")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    ap.add_argument("--arms", nargs="+", type=arm_name, default=list(ARMS), metavar="ARM",
+                    help=f"arms: {', '.join(ARMS)}; or levers joined by '+' (e.g. lr1e-5-cosine+anchor-0.1)")
     ap.add_argument("--eval_depth", type=int, default=8)
     ap.add_argument("--train_panel", action="store_true",
                     help="also evaluate each run on the 1,024 GRPO positions (trained on: fit, not transfer)")
@@ -513,11 +570,12 @@ def main(argv=None):
                 print(f"seed {seed} {arm}: " + ", ".join(f"{k} {m[k]:.3f}" for k, _ in METRICS), flush=True)
                 if partial is not None:
                     every = {a: sorted(others.get(a, []) + runs.get(a, []), key=lambda r: r["seed"])
-                             for a in dict.fromkeys([*ARMS, *others]) if others.get(a) or runs.get(a)}
+                             for a in dict.fromkeys([*ARMS, *runs, *others]) if others.get(a) or runs.get(a)}
                     partial.write_text(json.dumps({"steps": args.steps, "start": base, "runs": every}, indent=1))
     if saved is None:
         return finish(report(base, runs, args.steps, args.seeds, args.eval_depth), args.out)
-    every = {arm: (saved["runs"].get(arm) or runs[arm]) for arm in ARMS if arm in saved["runs"] or arm in runs}
+    every = {arm: (saved["runs"].get(arm) or runs[arm]) for arm in dict.fromkeys([*ARMS, *saved["runs"], *runs])
+             if arm in saved["runs"] or arm in runs}
     result = report(saved["start"], every, args.steps, args.seeds, args.eval_depth)
     result["command"], result["measured"] = saved["command"], saved["measured"]  # the saved arms' own
     added = {"arms": list(args.arms), "measured": STARTED_AT,

@@ -1,6 +1,7 @@
 """docs/benchmarks.md says when a section's numbers describe a packaged chess model that has since been replaced."""
 
 import subprocess
+from pathlib import Path
 
 from conftest import REPO, load_script
 
@@ -295,3 +296,53 @@ def test_bench_tiny_grpo_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, 
     with pytest.raises(SystemExit):
         bench.main(["--steps", "7", "--seeds", "4", "--arms", "vanilla", "--out", str(out)])
     assert trained == [] and partial.read_text() == text
+
+
+def test_bench_tiny_grpo_combines_levers_into_one_arm_and_pairs_it_with_its_parts(tmp_path, monkeypatch):
+    """``a+b`` runs the recipe with both levers' changes (the grid's ``best`` arm), refuses levers that set the same
+    field, is kept in a resumed grid's file, and is compared with vanilla, the recipe and each part."""
+    import json
+
+    import pytest
+    import yaml
+
+    import rookgrpo.evaluate
+    from rookgrpo.recipe import parse_recipe
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    arm = "lr1e-5-cosine+anchor-0.1"
+    path = bench.arm_recipe(arm, str(tmp_path))
+    recipe = yaml.safe_load(open(path).read())
+    _, config, _ = parse_recipe([path, "--output_dir", str(tmp_path / "combo")])
+    assert config.learning_rate == 1e-5 and config.lr_scheduler_type == "cosine"
+    anchors = [c for c in recipe["callbacks"] if isinstance(c, dict) and c["name"] == "sft_anchor"]
+    assert [c["coef"] for c in anchors] == [0.1]
+    assert "heldout_guard" not in [c if isinstance(c, str) else c["name"] for c in recipe["callbacks"]]
+    for bad in ("lr1e-5-cosine+lr2e-6-cosine", "anchor-0.1+anchor-0.3", "lr1e-5-cosine+sft-only",
+                "vanilla+anchor-0.1", "lr1e-5-cosine+nope", "lr1e-5-cosine+lr1e-5-cosine"):
+        with pytest.raises(ValueError):
+            bench.arm_spec(bad)
+    trained = []
+    monkeypatch.setattr(bench, "run", lambda arm, seed, steps, tmp: trained.append(arm) or {
+        "model": f"{arm}-{seed}", "steps": steps, "seconds": 1.0, "generated": 224, "a_flat_before": 0.4,
+        "a_flat_after": 0.4, "flat_before": 0.1, "flat_after": 0.1})
+    with pytest.raises(SystemExit):  # refused by --arms before the start is evaluated or anything trains
+        bench.main(["--steps", "7", "--seeds", "1", "--arms", "vanilla", "anchor-0.1+anchor-0.3"])
+    assert trained == []
+    keys = [k for k, _ in bench.METRICS]
+    start = {"n_policy": 3, "n_env": 1, "engine_depth": 8, **dict.fromkeys(keys, 0.0)}
+    value = {"vanilla": 0.1, "rookgrpo": 0.1, "lr1e-5-cosine": 0.2, "anchor-0.1": 0.2, arm: 0.3}
+    monkeypatch.setattr(rookgrpo.evaluate, "evaluate", lambda model, data, **kw: {**start, **dict.fromkeys(
+        keys, 0.0 if model == "rookgrpo/tiny-rookworld" else value[model.rsplit("-", 1)[0]] + 0.01 * int(
+            model.rsplit("-", 1)[1]) ** 2)})
+    out = tmp_path / "grid.json"
+    arms = ["vanilla", "rookgrpo", "lr1e-5-cosine", "anchor-0.1", arm]
+    bench.main(["--steps", "7", "--seeds", "1", "2", "--arms", *arms, "--out", str(out)])
+    assert json.loads(Path(f"{out}.partial").read_text())["runs"][arm][1]["seed"] == 2
+    result = json.loads(out.read_text())
+    for against in ("vanilla", "rookgrpo", "lr1e-5-cosine", "anchor-0.1"):
+        gain = result["paired"][f"{arm}/top5_accuracy" if against == "vanilla" else f"{arm}-{against}/top5_accuracy"]
+        assert abs(gain["mean"] - (0.2 if against in ("vanilla", "rookgrpo") else 0.1)) < 1e-9 and gain["se"] < 1e-9
+    assert f"| {arm} − anchor-0.1 | +0.100 ± 0.000 (t inf) |" in result["table"]
+    assert "every change of `lr1e-5-cosine` and `anchor-0.1`" in result["description"]
