@@ -355,7 +355,9 @@ def _t(t) -> str:
 def decide(base: dict, runs: dict[str, list[dict]]) -> dict:
     """The plan's decision rule, per arm: each primary metric's change against the start (mean ± se over seeds, t),
     t paired by seed against vanilla and the recipe, and whether the arm meets the rule (a primary metric up with
-    t ≥ 2 against the start, neither down with t < -1). Arms with fewer than two seeds are left out (no spread)."""
+    t ≥ 2 against the start, neither down with t < -1). Arms with fewer than two seeds are left out (no spread).
+    For reading, not for the rule: t paired against ``sft-only`` (supervised steps with no reward), which raised the
+    held-out move-rank reward too, so what a GRPO arm gains beyond it is what the reward taught."""
     out = {}
     for arm, rs in runs.items():
         if len({r["seed"] for r in rs}) < 2:
@@ -364,7 +366,7 @@ def decide(base: dict, runs: dict[str, list[dict]]) -> dict:
         for k, _ in PRIMARY:
             mean, se = mean_se([r["eval"][k] - base[k] for r in rs])
             d[k] = {"mean": mean, "se": se, "t": t_stat(mean, se)}
-            for against, key in (("vanilla", "t_vanilla"), ("rookgrpo", "t_recipe")):
+            for against, key in (("vanilla", "t_vanilla"), ("rookgrpo", "t_recipe"), ("sft-only", "t_sft")):
                 if against in runs and against != arm:
                     other = {r["seed"]: r["eval"][k] for r in runs[against]}
                     m, e = mean_se([r["eval"][k] - other[r["seed"]] for r in rs if r["seed"] in other])
@@ -426,16 +428,17 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
         paired_rows += ["", "The plan's decision rule (docs/experiments/2026-11-27-grpo-grid-plan.md): an arm ships when it "
                         "raises a primary metric with t ≥ 2 against the start and lowers neither with t < −1; it wins "
                         "a metric against vanilla and the recipe when t ≥ 2 against both. Change against the start "
-                        "(mean ± standard error over seeds, t), and t paired by seed against vanilla and the recipe:",
-                        "", "| arm | " + " | ".join(f"{label} − start | t vs vanilla | t vs recipe"
+                        "(mean ± standard error over seeds, t), and t paired by seed against vanilla and the recipe (and, "
+                        "for reading only, against `sft-only`: supervised steps with no reward):",
+                        "", "| arm | " + " | ".join(f"{label} − start | t vs vanilla | t vs recipe | t vs sft-only"
                                                     for _, label in PRIMARY) + " | meets the rule |",
-                        "|" + " --- |" * (3 * len(PRIMARY) + 2)]
+                        "|" + " --- |" * (4 * len(PRIMARY) + 2)]
         for arm, d in decision.items():
             cells = []
             for k, _ in PRIMARY:
                 c = d[k]
                 cells += [f"{c['mean']:+.3f} ± {c['se']:.3f} (t {c['t']:.1f})", _t(c.get("t_vanilla")),
-                          _t(c.get("t_recipe"))]
+                          _t(c.get("t_recipe")), _t(c.get("t_sft"))]
             paired_rows.append(f"| {arm} | " + " | ".join(cells) + f" | {'yes' if d['meets_rule'] else 'no'} |")
     n = base["n_policy"] + base["n_env"]
     return {

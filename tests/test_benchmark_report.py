@@ -245,6 +245,12 @@ def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid
     assert result["table"].startswith("Unfinished grid, 13 runs (vanilla 3, rookgrpo 3, anchor-0.1 3, dr-grpo 1, "
                                        "negative-A-0.25 3)")
     assert "unfinished" in result["title"] and result["run_commits"] == ["c1", "c2", "c3"]
+    # Against the supervised control (read, not ruled on): anchor-0.1's move-rank gain is sft-only's plus 0.01.
+    control = runs((0.19, 0.20, 0.21), (0.28, 0.28, 0.28))
+    ruled = bench.decide(start, {**arms, "sft-only": control})
+    assert ruled["anchor-0.1"]["move_rank_reward"]["t_sft"] == float("inf")
+    assert "t_sft" not in ruled["sft-only"]["move_rank_reward"]
+    assert [arm for arm, d in ruled.items() if d["meets_rule"]] == ["rookgrpo"]
 
 
 def test_bench_tiny_grpo_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, monkeypatch):
