@@ -443,6 +443,8 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
                           _t(c.get("t_recipe")), _t(c.get("t_sft"))]
             paired_rows.append(f"| {arm} | " + " | ".join(cells) + f" | {'yes' if d['meets_rule'] else 'no'} |")
     n = base["n_policy"] + base["n_env"]
+    # The train-panel table needs every run evaluated there: the command that reproduces it names the flag.
+    train_flag = " --train_panel" if all("eval_train" in r for rs in runs.values() for r in rs) else ""
     return {
         "title": f"Held-out chess for the same generation budget (tiny-rookworld, {len(seeds)} seeds per arm)",
         "description": f"`recipes/rookworld-tiny.yaml`, {steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
@@ -452,7 +454,7 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
                        f"{eval_depth}; mean ± standard error over seeds.",
         "table": "\n".join(rows + paired_rows),
         "command": f"python benchmarks/bench_tiny_grpo.py --steps {steps} --seeds "
-                   f"{' '.join(map(str, seeds))} --arms {' '.join(runs)}",
+                   f"{' '.join(map(str, seeds))}{train_flag} --arms {' '.join(runs)}",
         "start": base, "runs": runs, "paired": paired, "decision": decision,
         # A grid resumed over several sessions: the commits its runs were measured at (each run keeps its stamp).
         "run_commits": sorted({r["measured"]["commit"] for rs in runs.values() for r in rs if "measured" in r}),
@@ -477,7 +479,8 @@ def saved_result(path: str, flag: str, ap) -> tuple[dict, int, list[int]]:
                  "(benchmarks/results/tiny_grpo_quality.json)")
     command = saved["command"].split()
     steps = int(command[command.index("--steps") + 1])
-    seeds = [int(s) for s in command[command.index("--seeds") + 1:command.index("--arms")]]
+    after = command[command.index("--seeds") + 1:]
+    seeds = [int(s) for s in after[:next((i for i, s in enumerate(after) if not s.isdigit()), len(after))]]
     return saved, steps, seeds
 
 
@@ -584,7 +587,8 @@ def main(argv=None):
     result = report(saved["start"], every, args.steps, args.seeds, args.eval_depth)
     result["command"], result["measured"] = saved["command"], saved["measured"]  # the saved arms' own
     added = {"arms": list(args.arms), "measured": STARTED_AT,
-             "command": f"python benchmarks/bench_tiny_grpo.py --add_to {args.add_to} --arms {' '.join(args.arms)}"}
+             "command": f"python benchmarks/bench_tiny_grpo.py --add_to {args.add_to} --arms {' '.join(args.arms)}"
+                        + (" --train_panel" if args.train_panel else "")}
     result["added"] = saved.get("added", []) + [added]
     return finish(result, args.out)
 

@@ -115,7 +115,8 @@ def test_bench_tiny_grpo_adds_an_arm_to_a_saved_result_at_its_steps_and_seeds(tm
     measured = {"commit": "abc1234", "date": "2026-01-01", "machine": "m", "python": "3"}
     vanilla = [{"seed": s, "eval": dict.fromkeys(keys, 0.1 * s), "steps": 7, "generated": 224, "seconds": 1.0,
                 "a_flat_before": 0.5, "a_flat_after": 0.5, "flat_before": 0.1, "flat_after": 0.1} for s in (1, 2)]
-    command = "python benchmarks/bench_tiny_grpo.py --steps 7 --seeds 1 2 --arms vanilla"
+    # The seeds are read from the saved command whatever flag follows them.
+    command = "python benchmarks/bench_tiny_grpo.py --steps 7 --seeds 1 2 --train_panel --arms vanilla"
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps({"command": command, "start": start, "runs": {"vanilla": vanilla},
                                  "measured": measured}))
@@ -133,14 +134,14 @@ def test_bench_tiny_grpo_adds_an_arm_to_a_saved_result_at_its_steps_and_seeds(tm
     monkeypatch.setattr(bench, "run", fake_run)
     monkeypatch.setattr(rookgrpo.evaluate, "evaluate", fake_evaluate)
     out = tmp_path / "out.json"
-    bench.main(["--add_to", str(saved), "--arms", "rookgrpo_one_temperature", "--out", str(out)])
+    bench.main(["--add_to", str(saved), "--arms", "rookgrpo_one_temperature", "--train_panel", "--out", str(out)])
     assert trained == [("rookgrpo_one_temperature", 1, 7), ("rookgrpo_one_temperature", 2, 7)]
     result = json.loads(out.read_text())
     assert result["runs"]["vanilla"] == vanilla and len(result["runs"]["rookgrpo_one_temperature"]) == 2
     assert abs(result["paired"]["rookgrpo_one_temperature/top5_accuracy"]["mean"] - 0.05) < 1e-9
     assert result["command"] == command and result["measured"] == measured
     assert result["added"][0]["arms"] == ["rookgrpo_one_temperature"]
-    assert result["added"][0]["command"].endswith("--arms rookgrpo_one_temperature")
+    assert result["added"][0]["command"].endswith("--arms rookgrpo_one_temperature --train_panel")
     # A retable keeps both parts' provenance.
     bench.main(["--from_result", str(out), "--out", str(tmp_path / "again.json")])
     again = json.loads((tmp_path / "again.json").read_text())
