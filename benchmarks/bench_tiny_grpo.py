@@ -122,9 +122,11 @@ def arm_spec(arm: str) -> dict:
                          f"`git log -1 --format=%h -- {RETIRED[retired[0]]}`")
     parts = arm.split("+")
     unknown = [p for p in parts if p not in LEVERS]
-    if len(parts) < 2 or unknown or len(set(parts)) < len(parts):
-        raise ValueError(f"arm {arm!r}: not an arm, nor a combination of two or more different levers joined by "
-                         f"'+' ({', '.join(unknown) or arm} unknown); arms: {', '.join(ARMS)}")
+    if len(parts) < 2 or unknown:
+        raise ValueError(f"arm {arm!r}: not an arm, nor levers joined by '+' (not levers: {', '.join(unknown)}); arms: "
+                         f"{', '.join(ARMS)}; levers: {', '.join(LEVERS)}")
+    if len(set(parts)) < len(parts):
+        raise ValueError(f"arm {arm!r}: a lever named twice; name each once")
     spec: dict = {"set": {}, "drop": [], "callbacks": [], "remove": []}
     for part in parts:
         s = ARM_SPECS[part]
