@@ -103,8 +103,8 @@ ARM_TEXT = {
 }
 # The levers an arm can combine with ``+`` (e.g. ``lr1e-5-cosine+anchor-0.1``: the grid's ``best`` arm, named by what it
 # combines): the recipe's changes, not the vanilla arms, the recipe itself or the supervised control.
-LEVERS = tuple(a for a in ARMS if a not in (*("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature"),
-                                            "sft-only"))
+BASELINES = ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature")  # what the grid's levers change
+LEVERS = tuple(a for a in ARMS if a not in (*BASELINES, "sft-only"))
 
 
 def arm_spec(arm: str) -> dict:
@@ -338,7 +338,7 @@ PAIRS = [("vanilla_positions", "vanilla"), ("rookgrpo", "vanilla"), ("rookgrpo",
          ("rookgrpo", "rookgrpo_one_temperature")]
 # The grid's levers: each against vanilla and against the recipe it changes; the anchor arms also against the
 # supervised steps alone, so a gain is credited to GRPO only beyond what those give.
-GRID = [a for a in ARM_TEXT if a not in ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature")]
+GRID = [a for a in ARM_TEXT if a not in BASELINES]
 PAIRS += [(a, against) for a in GRID for against in ("vanilla", "rookgrpo")]
 PAIRS += [(a, "sft-only") for a in ("anchor-0.1", "anchor-0.3")]
 
