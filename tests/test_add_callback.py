@@ -137,3 +137,34 @@ def test_prompt_selection_added_late_numbers_the_prompts_and_selects(tiny_model_
     assert len(flat) == 12 and sum(flat[-4:]) / 4 < 0.25  # once seen, flat prompts are mostly skipped
     odd = [selection.history.record(i) for i in range(1, 32, 2)]
     assert sum(r is not None for r in odd) >= 8  # the history is keyed by the ids of the added column
+
+
+class _Ordered(RookCallback):
+    """Appends its name to a shared list on each scored batch; the masker zeroes the advantages the loss reads."""
+
+    def __init__(self, name, seen, **flags):
+        self.name, self.seen, self.state_key = name, seen, f"ordered_{name}"
+        for flag, value in flags.items():
+            setattr(self, flag, value)
+
+    def on_scored_batch(self, trainer, scored):
+        advantages = scored.output["advantages"]
+        if self.name == "masker":
+            scored.output["advantages"] = advantages * 0
+        self.seen.append((self.name, bool(advantages.abs().sum() > 0)))
+
+
+def test_batch_hooks_run_by_their_flags_and_the_loss_reads_a_changes_mask_hooks_advantages(
+        tiny_model_dir, smoke_dataset, tmp_path):
+    """Listed in reverse, the hooks still run first-round, batch-changing, mask-changing, observing; the observer sees
+    the advantages the masker zeroed, and so does the loss (beta 0: no gradient at all)."""
+    seen = []
+    callbacks = [_Ordered("observer", seen), _Ordered("masker", seen, changes_mask=True),
+                 _Ordered("replacer", seen, changes_batch=True), _Ordered("first", seen, sees_first_round=True)]
+    args = tiny_grpo_args(tmp_path, beta=0.0, max_steps=1, logging_steps=1)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=smoke_dataset, callbacks=callbacks)
+    trainer.train()
+    assert [name for name, _ in seen] == ["first", "replacer", "masker", "observer"]
+    assert dict(seen)["masker"] is True and dict(seen)["observer"] is False  # there was something to zero
+    assert [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h] == [0.0]

@@ -327,7 +327,8 @@ def test_bench_tiny_grpo_combines_levers_into_one_arm_and_pairs_it_with_its_part
     assert [c["coef"] for c in anchors] == [0.1]
     assert "heldout_guard" not in [c if isinstance(c, str) else c["name"] for c in recipe["callbacks"]]
     for bad in ("lr1e-5-cosine+lr2e-6-cosine", "anchor-0.1+anchor-0.3", "lr1e-5-cosine+sft-only",
-                "vanilla+anchor-0.1", "lr1e-5-cosine+nope", "lr1e-5-cosine+lr1e-5-cosine"):
+                "vanilla+anchor-0.1", "lr1e-5-cosine+nope", "lr1e-5-cosine+lr1e-5-cosine",
+                "reference-credit", "lr1e-5-cosine+negative-A-0.25"):  # the last two: retired levers
         with pytest.raises(ValueError):
             bench.arm_spec(bad)
     trained = []

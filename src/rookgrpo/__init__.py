@@ -10,14 +10,12 @@ __version__ = "0.1.0"
 #: these modules, and the package root exports these classes, so a new built-in is added here once.
 BUILTIN_CALLBACKS = {
     "adaptive_beta": ("adaptive_beta", "AdaptiveBeta"),
-    "advantage_weights": ("advantage_weights", "AdvantageWeights"),
     "chess_eval": ("chess_eval", "ChessEval"),
     "diagnostics": ("diagnostics", "Diagnostics"),
     "doctor": ("doctor", "Doctor"),
     "heldout_guard": ("heldout_guard", "HeldoutGuard"),
     "kl_cap": ("kl_cap", "KLCap"),
     "prompt_selection": ("selection", "PromptSelection"),
-    "reference_credit": ("reference_credit", "ReferenceCredit"),
     "sft_anchor": ("sft_anchor", "SFTAnchor"),
     "zero_std_resampling": ("zero_std", "ZeroStdResampling"),
 }

@@ -108,7 +108,7 @@ class RookGRPOTrainer(GRPOTrainer):
         # Hooks that change the batch (resampling) run before hooks that observe it (diagnostics), whatever order the
         # recipe lists them in: an observer must see the batch that is optimised, and the time spent making it.
         # A hook that judges the batch as generated (prompt selection, learning from the prompts it chose) runs first;
-        # one that changes which tokens the loss counts (reference_credit) runs on the final rows, before the observers.
+        # one that changes which tokens the loss counts or their advantages runs on the final rows, before the observers.
         callbacks = self._rook_callbacks()
         hooks = [cb for cb in callbacks if cb.implements("on_scored_batch")]
         self._batch_hooks = sorted(hooks, key=lambda cb: 0 if cb.sees_first_round else 1 if cb.changes_batch

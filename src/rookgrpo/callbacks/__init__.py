@@ -6,14 +6,12 @@ behind them is in :mod:`rookgrpo.dynamics`. The hooks a callback may implement a
 
 from .. import BUILTIN_CALLBACKS
 from .adaptive_beta import AdaptiveBeta
-from .advantage_weights import AdvantageWeights
 from .base import HOOKS, RookCallback
 from .chess_eval import ChessEval
 from .diagnostics import Diagnostics
 from .doctor import Doctor
 from .heldout_guard import HeldoutGuard
 from .kl_cap import KLCap
-from .reference_credit import ReferenceCredit
 from .selection import PromptSelection
 from .sft_anchor import SFTAnchor
 from .zero_std import ZeroStdResampling

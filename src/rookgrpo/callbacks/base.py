@@ -69,9 +69,10 @@ class RookCallback(TrainerCallback):
     #: ``on_scored_batch`` replaces rows of the batch (resampling): it runs before the callbacks that only observe it,
     #: whatever the listed order, so observers see the batch that is optimised.
     changes_batch: bool = False
-    #: ``on_scored_batch`` changes what the loss reads of the rows, which tokens count or their advantages
-    #: (``reference_credit``, ``advantage_weights``): it runs on the final rows, after the row-replacing hooks and
-    #: before the observers, in the listed order.
+    #: ``on_scored_batch`` changes what the loss reads of the rows, which tokens count (``completion_mask``) or their
+    #: advantages (TRL's loss takes ``(B, T)`` advantages too): it runs on the final rows, after the row-replacing
+    #: hooks and before the observers, in the listed order. No built-in callback sets it (the two that did lost the
+    #: GRPO grid, docs/experiments/); it is there for your own.
     changes_mask: bool = False
     #: The trainer adds a column numbering the training rows (``rookgrpo.callbacks.selection.PROMPT_ID_COLUMN``)
     #: before building, for callbacks that keep a history per prompt.
