@@ -2,7 +2,8 @@
 
 Every arm starts from the packaged ``rookgrpo/tiny-rookworld``, trains on its shipped positions with the recipe's
 chess rewards (the same reward objects, the same Stockfish settings) and stops at the same number of generated
-completions, resampling rounds included. Arms:
+completions, resampling rounds included. "The recipe" is ``recipes/rookworld-tiny.yaml`` as it was when the grid ran
+(learning rate 5e-5, constant; :func:`grid_base`), not the one shipped since. Arms:
 
 - ``vanilla``: TRL's ``GRPOTrainer`` with the recipe's fields, its fixed beta and one temperature (the recipe's
   ``temperature``), no resampling, TRL's own mixed-task batches; TRL scores a left-padded completion at positions
@@ -10,7 +11,7 @@ completions, resampling rounds included. Arms:
 - ``vanilla_positions``: ``vanilla`` with the one correction rookgrpo turns on by default
   (``position_ids_from_mask``: :class:`rookgrpo.dynamics.positions.MaskPositions` on TRL's trainer), so the recipe's other
   components are compared with vanilla on the same scoring;
-- ``rookgrpo``: ``RookGRPOTrainer`` with the recipe as shipped (zero-std resampling, adaptive beta, per-task
+- ``rookgrpo``: ``RookGRPOTrainer`` with the recipe (zero-std resampling, adaptive beta, per-task
   sampling: task-homogeneous batches with the P: task a little cooler);
 - ``rookgrpo_one_temperature``: the recipe without ``task_generation_kwargs``, so sampling is vanilla's (one
   temperature, mixed batches) and only resampling and adaptive beta differ: the confound between the first two.
@@ -56,7 +57,12 @@ from common import STARTED_AT, finish  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
-# Each arm: how it differs from the shipped recipe. ``set`` overrides recipe fields, ``drop`` removes recipe keys,
+# The arms are changes to the recipe as it was when the grid ran (commit f5efa08, before the grid's winner shipped):
+# the shipped recipe with the winner's changes undone (grid_base). A test checks that the winner's arm is the shipped
+# recipe, less the held-out evaluation and guard, so the two cannot drift apart.
+SHIPPED_ARM = "lr1e-5-cosine+anchor-0.1"
+BEFORE_GRID = {"learning_rate": 5e-5, "lr_scheduler_type": "constant_with_warmup"}  # what SHIPPED_ARM's fields were
+# Each arm: how it differs from the recipe before the grid (grid_base). ``set`` overrides recipe fields, ``drop`` removes recipe keys,
 # ``callbacks`` adds recipe callback entries, ``remove`` drops the recipe's callbacks of those names, ``weights`` sets
 # every reward weight (0: no reward signal). The two vanilla arms train TRL's GRPOTrainer on the recipe's fields.
 ANCHOR = {"name": "sft_anchor", "data": "rookgrpo/tiny-rookworld-grpo", "tasks": ["A"], "batch_size": 16}
@@ -87,7 +93,8 @@ VANILLA_ARMS = ("vanilla", "vanilla_positions")  # TRL's GRPOTrainer: no resampl
 ARM_TEXT = {
     "vanilla": "TRL's `GRPOTrainer` as it is (on GPT-2 it scores left-padded completions at shifted positions)",
     "vanilla_positions": "vanilla with rookgrpo's `position_ids_from_mask` hook, its one default-on correction",
-    "rookgrpo": "`RookGRPOTrainer` with the recipe as shipped (resampling, adaptive beta, per-task sampling)",
+    "rookgrpo": "`RookGRPOTrainer` with the recipe before the grid (learning rate 5e-5, constant; resampling, "
+                "adaptive beta, per-task sampling)",
     "rookgrpo_one_temperature": "the recipe without `task_generation_kwargs` (vanilla's sampling)",
     "lr5e-5-cosine": "the recipe at learning rate 5e-5, cosine decay",
     "lr1e-5-cosine": "the recipe at learning rate 1e-5, cosine decay",
@@ -222,14 +229,28 @@ class FlatGroups:
         return scores
 
 
-def arm_recipe(arm: str, tmp: str) -> str:
-    """The recipe an arm runs: the shipped one without the held-out callback and the guard that selects on it (an arm
-    is judged by its last step's weights), and for the ablation no task kwargs."""
-    spec = arm_spec(arm)
+def _name(entry) -> str:
+    return entry if isinstance(entry, str) else entry.get("name")
+
+
+def grid_base() -> dict:
+    """The recipe the grid's arms change: the shipped recipe with :data:`SHIPPED_ARM`'s changes undone (its fields set
+    back to :data:`BEFORE_GRID`, the callbacks it adds taken out)."""
     recipe = yaml.safe_load(RECIPE.read_text())
+    added = {c["name"] for c in arm_spec(SHIPPED_ARM).get("callbacks", ())}
+    recipe["callbacks"] = [c for c in recipe.get("callbacks", []) if _name(c) not in added]
+    recipe.update(BEFORE_GRID)
+    return recipe
+
+
+def arm_recipe(arm: str, tmp: str) -> str:
+    """The recipe an arm runs: :func:`grid_base` changed as the arm's spec says, without the held-out callback and
+    the guard that selects on it (an arm is judged by its last step's weights)."""
+    spec = arm_spec(arm)
+    recipe = grid_base()
     removed = ("chess_eval", "heldout_guard", *spec.get("remove", ()))
-    recipe["callbacks"] = [c for c in recipe.get("callbacks", [])
-                           if (c if isinstance(c, str) else c.get("name")) not in removed] + list(spec.get("callbacks", ()))
+    recipe["callbacks"] = [c for c in recipe.get("callbacks", []) if _name(c) not in removed] + list(
+        spec.get("callbacks", ()))
     for key in spec.get("drop", ()):
         recipe.pop(key, None)
     recipe.update(spec.get("set", {}))
@@ -453,7 +474,8 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
     # The train-panel table needs every run evaluated there: the command that reproduces it names the flag.
     train_flag = " --train_panel" if all("eval_train" in r for rs in runs.values() for r in rs) else ""
     return {
-        "title": f"Held-out chess for the same generation budget (tiny-rookworld, {len(seeds)} seeds per arm)",
+        "title": f"Held-out chess for the same generation budget (tiny-rookworld, {steps} steps, {len(seeds)} seeds "
+                 "per arm)",
         "description": f"`recipes/rookworld-tiny.yaml`, {steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
                        "temperature, no resampling); arms: " + "; ".join(f"`{a}`: {arm_text(a)}" for a in runs) +
                        ". Every arm stops at vanilla's number of generated completions. Greedy evaluation on the "

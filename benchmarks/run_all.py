@@ -36,8 +36,15 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("precision", "bench_precision", []),
     ("position_gap", "bench_position_gap", []),
     ("resampling_cost", "bench_resampling", []),
-    # Vanilla TRL as it scores, with the one correction rookgrpo turns on by default, the recipe without its per-task
-    # sampling, and the shipped recipe: all four arms (the saved result has them).
+    # The grid of docs/experiments/2026-11-27-grpo-grid-plan.md: vanilla TRL, the recipe before it, each lever, the
+    # supervised control and the best combination, 5 seeds each at make train's budget. The saved result also holds
+    # the two retired levers' runs (reference-credit, negative-A-0.25: their commands run at commit f5efa08).
+    ("grpo_grid", "bench_tiny_grpo",
+     ["--steps", "200", "--seeds", "1", "2", "3", "4", "5", "--train_panel", "--arms", "vanilla", "rookgrpo",
+      "lr5e-5-cosine", "lr1e-5-cosine", "lr2e-6-cosine", "scale-none", "dr-grpo", "entropy-0.2", "anchor-0.1",
+      "anchor-0.3", "sft-only", "lr1e-5-cosine+anchor-0.1"]),
+    # The earlier, 100-step comparison: vanilla TRL as it scores, with the one correction rookgrpo turns on by
+    # default, the recipe of the time without its per-task sampling, and that recipe (all four arms).
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
     ("judge", "bench_judge", ["--seeds", "5"]),
     ("selection", "bench_selection", ["--seeds", "3"]),
@@ -71,7 +78,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
 # an appendix, so that each benchmark reads as one current table.
 APPENDIX = {"selection_env_exact_passrate", "selection_more_seeds", "selection_long", "selection_long_resampling",
             "selection_long_more_seeds", "selection_target", "selection_target_more_seeds",
-            "selection_env_exact_target", "code_exec_change", "doctor_cost_recipe"}
+            "selection_env_exact_target", "code_exec_change", "doctor_cost_recipe", "tiny_grpo_quality"}
 
 
 def _load(name: str):

@@ -354,3 +354,21 @@ def test_bench_tiny_grpo_combines_levers_into_one_arm_and_pairs_it_with_its_part
         assert abs(gain["mean"] - (0.2 if against in ("vanilla", "rookgrpo") else 0.1)) < 1e-9 and gain["se"] < 1e-9
     assert f"| {arm} − anchor-0.1 | +0.100 ± 0.000 (t inf) |" in result["table"]
     assert "every change of `lr1e-5-cosine` and `anchor-0.1`" in result["description"]
+
+
+def test_the_shipped_recipe_is_the_grids_winning_arm_plus_the_held_out_guard(tmp_path, monkeypatch):
+    """recipes/rookworld-tiny.yaml is what the grid measured for its winner (docs/experiments/2026-11-27-grpo-grid-plan.md)
+    with the held-out evaluation and guard added, and the grid's arms keep changing the recipe as it was when they ran."""
+    import yaml
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    shipped = yaml.safe_load(bench.RECIPE.read_text())
+    names = [bench._name(c) for c in shipped["callbacks"]]
+    assert "chess_eval" in names and "heldout_guard" in names
+    shipped["callbacks"] = [c for c in shipped["callbacks"] if bench._name(c) not in ("chess_eval", "heldout_guard")]
+    assert yaml.safe_load(open(bench.arm_recipe(bench.SHIPPED_ARM, str(tmp_path))).read()) == shipped
+    base = bench.grid_base()
+    assert set(bench.arm_spec(bench.SHIPPED_ARM)["set"]) == set(bench.BEFORE_GRID)
+    assert base["learning_rate"] == 5e-5 and base["lr_scheduler_type"] == "constant_with_warmup"
+    assert "sft_anchor" not in [bench._name(c) for c in base["callbacks"]]
