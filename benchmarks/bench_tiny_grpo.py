@@ -476,7 +476,8 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
     return {
         "title": f"Held-out chess for the same generation budget (tiny-rookworld, {steps} steps, {len(seeds)} seeds "
                  "per arm)",
-        "description": f"`recipes/rookworld-tiny.yaml`, {steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
+        "description": "Arms change `recipes/rookworld-tiny.yaml` as it was when the grid ran (learning rate 5e-5, "
+                       f"constant; its winner ships since); {steps} steps of vanilla `GRPOTrainer` (fixed beta, one "
                        "temperature, no resampling); arms: " + "; ".join(f"`{a}`: {arm_text(a)}" for a in runs) +
                        ". Every arm stops at vanilla's number of generated completions. Greedy evaluation on the "
                        f"{n} held-out positions ({base['n_policy']} P:, {base['n_env']} A:), Stockfish depth "
