@@ -62,9 +62,10 @@ RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
 # recipe, less the held-out evaluation and guard, so the two cannot drift apart.
 SHIPPED_ARM = "lr1e-5-cosine+anchor-0.1"
 BEFORE_GRID = {"learning_rate": 5e-5, "lr_scheduler_type": "constant_with_warmup"}  # what SHIPPED_ARM's fields were
-# Each arm: how it differs from the recipe before the grid (grid_base). ``set`` overrides recipe fields, ``drop`` removes recipe keys,
-# ``callbacks`` adds recipe callback entries, ``remove`` drops the recipe's callbacks of those names, ``weights`` sets
-# every reward weight (0: no reward signal). The two vanilla arms train TRL's GRPOTrainer on the recipe's fields.
+# Each arm: how it differs from the recipe before the grid (grid_base). ``set`` overrides recipe fields, ``drop``
+# removes recipe keys, ``callbacks`` adds recipe callback entries, ``remove`` drops the recipe's callbacks of those
+# names, ``weights`` sets every reward weight (0: no reward signal). The two vanilla arms train TRL's GRPOTrainer on
+# the recipe's fields.
 ANCHOR = {"name": "sft_anchor", "data": "rookgrpo/tiny-rookworld-grpo", "tasks": ["A"], "batch_size": 16}
 ARM_SPECS: dict[str, dict] = {
     "vanilla": {},

@@ -358,7 +358,7 @@ def test_bench_tiny_grpo_combines_levers_into_one_arm_and_pairs_it_with_its_part
 
 def test_the_shipped_recipe_is_the_grids_winning_arm_plus_the_held_out_guard(tmp_path, monkeypatch):
     """recipes/rookworld-tiny.yaml is what the grid measured for its winner (docs/experiments/2026-11-27-grpo-grid-plan.md)
-    with the held-out evaluation and guard added, and the grid's arms keep changing the recipe as it was when they ran."""
+    plus the held-out evaluation and guard; the grid's arms keep changing the recipe as it was when they ran."""
     import yaml
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
