@@ -230,6 +230,11 @@ class FlatGroups:
         return scores
 
 
+# The held-out evaluation and the guard that selects a checkpoint on it: no arm runs them (an arm is judged by its last
+# step's weights); the shipped recipe adds them to the winning arm.
+HELDOUT_CALLBACKS = ("chess_eval", "heldout_guard")
+
+
 def _name(entry) -> str:
     return entry if isinstance(entry, str) else entry.get("name")
 
@@ -249,7 +254,7 @@ def arm_recipe(arm: str, tmp: str) -> str:
     the guard that selects on it (an arm is judged by its last step's weights)."""
     spec = arm_spec(arm)
     recipe = grid_base()
-    removed = ("chess_eval", "heldout_guard", *spec.get("remove", ()))
+    removed = (*HELDOUT_CALLBACKS, *spec.get("remove", ()))
     recipe["callbacks"] = [c for c in recipe.get("callbacks", []) if _name(c) not in removed] + list(
         spec.get("callbacks", ()))
     for key in spec.get("drop", ()):
