@@ -154,17 +154,34 @@ class _Ordered(RookCallback):
         self.seen.append((self.name, bool(advantages.abs().sum() > 0)))
 
 
+@pytest.mark.parametrize("layout", [
+    {},
+    {"steps_per_generation": 2, "num_iterations": 2, "gradient_accumulation_steps": 2, "max_steps": 4},
+    {"lora": True, "steps_per_generation": 2, "eval_strategy": "steps", "eval_steps": 1,
+     "per_device_eval_batch_size": 8},
+], ids=["default", "buffered-batches", "lora-with-evaluation"])
 def test_batch_hooks_run_by_their_flags_and_the_loss_reads_a_changes_mask_hooks_advantages(
-        tiny_model_dir, smoke_dataset, tmp_path):
-    """Listed in reverse, the hooks still run first-round, batch-changing, mask-changing, observing; the observer sees
-    the advantages the masker zeroed, and so does the loss (beta 0: no gradient at all)."""
+        tiny_model_dir, smoke_dataset, tmp_path, layout):
+    """Listed in reverse, the hooks still run first-round, batch-changing, mask-changing, observing on every scored
+    batch; the observer sees the advantages the masker zeroed, and so does the loss (beta 0: no gradient at all), in
+    the default layout, with batches reused over steps and iterations, and with a LoRA-wrapped policy evaluated
+    between steps."""
+    from peft import LoraConfig
+
+    layout = dict(layout)
+    peft = LoraConfig(r=4, target_modules=["c_attn"], task_type="CAUSAL_LM") if layout.pop("lora", False) else None
+    evaluation = smoke_dataset.select(range(8)) if layout.get("eval_strategy") else None
     seen = []
     callbacks = [_Ordered("observer", seen), _Ordered("masker", seen, changes_mask=True),
                  _Ordered("replacer", seen, changes_batch=True), _Ordered("first", seen, sees_first_round=True)]
-    args = tiny_grpo_args(tmp_path, beta=0.0, max_steps=1, logging_steps=1)
+    args = tiny_grpo_args(tmp_path, beta=0.0, logging_steps=1, **{"max_steps": 1, **layout})
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
-                              train_dataset=smoke_dataset, callbacks=callbacks)
+                              train_dataset=smoke_dataset, eval_dataset=evaluation, peft_config=peft,
+                              callbacks=callbacks)
     trainer.train()
-    assert [name for name, _ in seen] == ["first", "replacer", "masker", "observer"]
-    assert dict(seen)["masker"] is True and dict(seen)["observer"] is False  # there was something to zero
-    assert [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h] == [0.0]
+    names = [name for name, _ in seen]
+    assert names and names == ["first", "replacer", "masker", "observer"] * (len(names) // 4)
+    assert any(zeroed for name, zeroed in seen if name == "masker")  # there was something to zero
+    assert not any(left for name, left in seen if name == "observer")
+    norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
+    assert norms and all(n == 0.0 for n in norms)
