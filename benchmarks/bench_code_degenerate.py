@@ -55,7 +55,7 @@ def main(argv=None) -> dict:
     os.environ["ROOKGRPO_CACHE"] = tempfile.mkdtemp(prefix="rookgrpo-bench-")  # the tables' cost, not the cache's
     rows = humaneval_rows()[: args.n]
     reward = CodeExec()
-    pool = get_pool(reward.workers, reward.limits)
+    pool = reward.pool()
     specs = [_spec(r["tests"]) for r in rows]
     start = time.perf_counter()
     tables = reward.trivial_tests(specs, pool)

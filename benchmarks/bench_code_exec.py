@@ -33,7 +33,7 @@ from common import finish  # benchmarks/common.py
 
 def run_rookgrpo(rows, pool):
     original = code_rewards.get_pool
-    code_rewards.get_pool = lambda w, l: pool
+    code_rewards.get_pool = lambda *a, **k: pool
     try:
         start = time.perf_counter()
         scores = code_rewards.code_exec([r["prompt"] for r in rows],
@@ -64,7 +64,7 @@ from rookgrpo.rewards import code as code_rewards
 assert code_rewards.__file__.startswith(sys.argv[1]), code_rewards.__file__
 rows = humaneval_rows()
 pool = RunnerPool(int(sys.argv[2]) if sys.argv[2] != "0" else None)
-code_rewards.get_pool = lambda w, l: pool
+code_rewards.get_pool = lambda *a, **k: pool
 args = ([r["prompt"] for r in rows], [f"```python\\n{r['canonical_solution']}\\n```" for r in rows])
 code_rewards.code_exec(*args, tests=[r["tests"] for r in rows])  # warm-up, all problems
 print("ready", flush=True)

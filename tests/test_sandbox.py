@@ -2,6 +2,7 @@
 returns in time and leaves nothing behind (no surviving process, no file, socket or IPC object outside the work dir).
 """
 
+import contextlib
 import json
 import os
 import threading
@@ -186,31 +187,77 @@ CASES = {**{name: (program, SQ_TESTS) for name, program in HOSTILE.items()},
          **{name: (program, json.dumps(tests)) for name, (program, tests) in PLAUSIBLE.items()}}
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_hostile_program_earns_zero_and_harms_nothing(name, listener):
-    if not FULL:
-        pytest.skip(f"full isolation needs root and bubblewrap; here: {'; '.join(isolation().lost)}")
-    assert len(HOSTILE) >= 60
-    marker_name = f"rookgrpo-hostile-{name}-{os.getpid()}"
+@contextlib.contextmanager
+def bubblewrap_hidden(monkeypatch):
+    """This process and the runners it starts see no ``bwrap`` (an empty PATH, as on a machine where nobody installed
+    it); the isolation probe runs again on both sides."""
+    import rookgrpo.code.sandbox as sandbox
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    sandbox.isolation.cache_clear()
+    try:
+        yield sandbox.isolation()
+    finally:
+        monkeypatch.undo()
+        sandbox.isolation.cache_clear()
+
+
+@contextlib.contextmanager
+def isolation_mode(mode, monkeypatch):
+    """``full``: bubblewrap as installed; ``reduced``: bubblewrap hidden, reduced isolation accepted."""
+    if mode == "full":
+        yield isolation()
+    else:
+        with bubblewrap_hidden(monkeypatch) as iso:
+            yield iso
+
+
+def check_hostile(name: str, mode: str, port: int, reward: CodeExec) -> dict:
+    """Run corpus program ``name`` once through ``reward`` and count what it got away with: a reward above 0, an
+    exception from the reward, a reward later than its deadline, processes left under a sandbox uid, files left outside
+    the work dir, new SysV IPC objects; and whether a correct solution earns 1.0 right after."""
+    marker_name = f"rookgrpo-hostile-{name}-{mode}-{os.getpid()}"
     mark = f"/tmp/{marker_name}"
     program, tests = CASES[name]
-    program = program.replace("{MARK}", mark).replace("{NAME}", marker_name).replace("{PORT}", str(listener))
+    program = program.replace("{MARK}", mark).replace("{NAME}", marker_name).replace("{PORT}", str(port))
     tmp_before, ipc_before = set(Path("/tmp").iterdir()), _ipc_objects()
-    reward = CodeExec(limits=LIMITS, workers=2)
     start = time.monotonic()
-    assert reward(["p"], [FENCED.format(program)], tests=[tests]) == [0.0]
-    assert time.monotonic() - start < LIMITS.timeout + START_MARGIN  # the reward returns in time, whatever it did
-    assert _survivors() == []  # nothing outlives the run: not a setsid grandchild, not a setuid helper
+    try:
+        score = reward(["p"], [FENCED.format(program)], tests=[tests])[0]
+        error = None
+    except Exception as exc:  # noqa: BLE001 (counted: a reward must never raise on a program)
+        score, error = None, f"{type(exc).__name__}: {exc}"
+    seconds = time.monotonic() - start
+    survivors = _survivors()
     leftovers = [p for p in (Path(mark + "-tmp"), Path(mark + "-late"), Path(f"/var/tmp/{marker_name}-var"),
                              Path(f"/run/lock/{marker_name}-lock"), Path(f"/dev/shm/{marker_name}-shm"),
                              Path(f"/dev/shm/{marker_name}"), Path(f"/root/{marker_name}-root"),
                              Path(f"/etc/{marker_name}-etc"), Path(f"/usr/{marker_name}-usr")) if p.exists()]
-    assert leftovers == []
-    assert [p for p in set(Path("/tmp").iterdir()) - tmp_before if "rookgrpo" in p.name] == []
-    assert _ipc_objects() == ipc_before  # SysV shared memory, semaphores, queues died with the IPC namespace
-    # The sandbox that follows is as good as new: a correct solution still earns full marks right after.
+    leftovers += [p for p in set(Path("/tmp").iterdir()) - tmp_before if "rookgrpo" in p.name]
+    ipc = [o for o in _ipc_objects() if o not in ipc_before]
     solution = PLAUSIBLE_SOLUTIONS.get(name, "def sq(x):\n    return x * x\n")
-    assert reward(["p"], [FENCED.format(solution)], tests=[tests]) == [1.0]
+    after = reward(["p"], [FENCED.format(solution)], tests=[tests])[0]
+    return {"score": score, "error": error, "late": seconds >= reward.limits.timeout + START_MARGIN,
+            "survivors": survivors, "files": [str(p) for p in leftovers], "ipc": ipc, "solution_after": after}
+
+
+@pytest.mark.parametrize("mode", ["full", "reduced"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_hostile_program_earns_zero_and_harms_nothing(name, mode, listener, monkeypatch):
+    """In both isolation modes: reward 0, no exception, in time, nothing left running, no file outside the work
+    dir, no new IPC object, and the sandbox that follows is as good as new. ``reduced`` hides bubblewrap from this
+    process and its runners and accepts reduced isolation: what stops the corpus there is the namespaces rookgrpo
+    makes itself as root, plus the uid, cgroup, rlimits and split trust."""
+    if not FULL:
+        pytest.skip(f"the corpus needs root and bubblewrap; here: {'; '.join(isolation().lost)}")
+    assert len(HOSTILE) >= 60
+    with isolation_mode(mode, monkeypatch) as iso:
+        assert (iso.bwrap is None) == (mode == "reduced")
+        if mode == "reduced" and not iso.namespaces:
+            pytest.skip("reduced mode here cannot make namespaces (docs/sandbox.md: what that leaves open)")
+        found = check_hostile(name, mode, listener, CodeExec(limits=LIMITS, workers=2, isolation=mode))
+    assert found == {"score": 0.0, "error": None, "late": False, "survivors": [], "files": [], "ipc": [],
+                     "solution_after": 1.0}
 
 
 PLAUSIBLE_SOLUTIONS = {
@@ -260,7 +307,7 @@ def test_sandbox_sees_only_the_interpreter_no_network_and_runs_unprivileged():
     assert lines[4] == "1"  # no_new_privs
 
 
-RLIMIT_PROBE = ("import resource\nfor name in ('AS', 'CPU', 'FSIZE', 'NOFILE', 'CORE', 'NPROC'):\n"
+RLIMIT_PROBE = ("import resource\nfor name in ('AS', 'CPU', 'FSIZE', 'NOFILE', 'CORE', 'MSGQUEUE', 'NPROC'):\n"
                 "    print(name, *resource.getrlimit(getattr(resource, 'RLIMIT_' + name)))\n")
 
 
@@ -272,7 +319,7 @@ def _probe_rlimits(uid):
 def _expected_rlimits(uid):
     mb = 1024 * 1024
     expected = {"AS": LIMITS.memory_mb * mb, "CPU": LIMITS.cpu_seconds, "FSIZE": LIMITS.file_size_mb * mb,
-                "NOFILE": LIMITS.open_files, "CORE": 0}
+                "NOFILE": LIMITS.open_files, "CORE": 0, "MSGQUEUE": 0}
     if uid is not None:
         expected["NPROC"] = LIMITS.processes
     return {name: (value, value) for name, value in expected.items()}
@@ -328,52 +375,122 @@ def test_where_the_thread_cannot_find_its_own_cgroup_the_child_joins_the_run_its
 
 
 def test_without_bubblewrap_the_rlimits_are_set_before_exec(monkeypatch):
-    import rookgrpo.code.sandbox as sandbox
-
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
-    sandbox.isolation.cache_clear()
-    try:
+    with bubblewrap_hidden(monkeypatch):
         uid = next_sandbox_uid() if os.geteuid() == 0 else None
-        limits = _probe_rlimits(uid)
-        for name, value in _expected_rlimits(uid).items():
-            assert limits[name] == value, name
-    finally:
-        sandbox.isolation.cache_clear()
+        box = Sandbox(LIMITS, uid, isolation="reduced")
+        try:
+            box.start_program(RLIMIT_PROBE)
+            out = box.wait_output(10)[0].decode()
+        finally:
+            box.close()
+    limits = {name: (int(soft), int(hard)) for name, soft, hard in (line.split() for line in out.splitlines())}
+    for name, value in _expected_rlimits(uid).items():
+        assert limits[name] == value, name
+
+
+def test_without_bubblewrap_code_exec_refuses_before_any_program_runs(monkeypatch, tmp_path, tiny_model_dir):
+    """Fail closed: no bubblewrap and no opt-in is a ConfigError that names the package and the opt-in field, raised
+    by the reward's first call (a plain TRL trainer, or a direct call) and by rookgrpo's trainer before training;
+    no runner starts and the program never runs."""
+    from conftest import tiny_grpo_args
+    from datasets import Dataset
+
+    from rookgrpo import ConfigError, RookGRPOTrainer
+    from rookgrpo.code.pool import _POOLS
+
+    marker = tmp_path / "ran"
+    program = FENCED.format(f"open({str(marker)!r}, 'w').write('x')\ndef sq(x):\n    return x * x\n")
+    with bubblewrap_hidden(monkeypatch) as iso:
+        assert iso.bwrap is None and "apt-get install bubblewrap" in iso.missing
+        pools = set(_POOLS)
+        for reward in (CodeExec(limits=LIMITS), code_exec):
+            with pytest.raises(ConfigError) as refused:
+                reward(["p"], [program], tests=[SQ_TESTS])
+            message = str(refused.value)
+            assert "bubblewrap" in message and "apt-get install bubblewrap" in message
+            assert "code_sandbox_isolation: reduced" in message and 'CodeExec(isolation="reduced")' in message
+        with pytest.raises(ConfigError, match="code_sandbox_isolation: reduced"):
+            Sandbox(LIMITS).start_program("print(1)")
+        assert set(_POOLS) == pools and not marker.exists()  # nothing started, nothing ran
+        data = Dataset.from_list([{"prompt": "Write sq.", "tests": SQ_TESTS}] * 4)
+        with pytest.raises(ConfigError, match=r"(?s)code_exec: refusing.*apt-get install bubblewrap.*code_sandbox"):
+            RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=["code_exec"], args=tiny_grpo_args(tmp_path),
+                            train_dataset=data)
+        if iso.namespaces or os.geteuid() != 0:  # the opt-in builds the trainer and runs the program
+            args = tiny_grpo_args(tmp_path, code_sandbox_isolation="reduced")
+            trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=["code_exec"], args=args,
+                                      train_dataset=data)
+            (reward,) = trainer.reward_funcs
+            assert reward.isolation == "reduced"
+            assert reward(["p"], [FENCED.format("def sq(x):\n    return x * x\n")], tests=[SQ_TESTS]) == [1.0]
+    with pytest.raises(ConfigError, match="code_sandbox_isolation: 'none' is not an isolation mode"):
+        tiny_grpo_args(tmp_path, code_sandbox_isolation="none")
 
 
 def test_reduced_isolation_is_reported_and_still_judged(monkeypatch):
-    """Without bubblewrap, the layers left still run the program, and the loss is said plainly."""
-    import rookgrpo.code.sandbox as sandbox
-
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
-    sandbox.isolation.cache_clear()
-    try:
-        iso = sandbox.isolation()
+    """Without bubblewrap, reduced mode (accepted) still runs and judges the program, and the loss is said plainly;
+    as root the program sees the same view as under bubblewrap, without network."""
+    with bubblewrap_hidden(monkeypatch) as iso:
         assert iso.bwrap is None and any("no bubblewrap" in reason for reason in iso.lost)
-        assert any("no network, PID, IPC or mount isolation" in reason for reason in iso.lost)
-        verdict = run_job("def sq(x):\n    return x * x\n", json.loads(SQ_TESTS), LIMITS)
+        verdict = run_job("def sq(x):\n    return x * x\n", json.loads(SQ_TESTS), LIMITS, isolation="reduced")
         assert (verdict.passed, verdict.counted) == (2, 2)
-    finally:
-        sandbox.isolation.cache_clear()
+        if not iso.namespaces:
+            assert any("no network, PID, IPC or mount isolation" in reason for reason in iso.lost)
+            return
+        assert any("made by rookgrpo itself" in reason for reason in iso.lost)
+        box = Sandbox(LIMITS, isolation="reduced")
+        try:
+            box.start_program("import os, socket\nprint(sorted(os.listdir('/')), os.getcwd(), socket.gethostname())\n"
+                              "print(sorted(n for _, n in socket.if_nameindex()))\nopen('f', 'w').write('x')\n"
+                              "print(os.listdir('.'))")
+            out = box.wait_output(10)[0].decode().splitlines()
+        finally:
+            box.close()
+        assert out == [f"{sorted(['bin', 'dev', 'lib', 'lib64', 'usr', 'work'])} /work sandbox", "['lo']", "['f']"]
 
 
 @pytest.mark.parametrize("name", ["read_the_checkout", "read_etc_files", "list_the_root", "read_site_packages",
                                   "network_connect_loopback", "read_host_proc_cmdlines"])
 def test_host_probes_do_detect_a_breach_where_the_layer_is_missing(name, listener, monkeypatch):
-    """The corpus's probes answer right only when they reach the host: with bubblewrap off they do, so their 0
-    under full isolation is the isolation's doing, not a probe that cannot succeed."""
+    """The corpus's probes answer right only when they reach the host: with bubblewrap off and no namespaces (reduced
+    mode where root cannot make them) they do, so their 0 in both modes of the corpus test is the isolation's
+    doing, not a probe that cannot succeed."""
     import rookgrpo.code.sandbox as sandbox
 
     if os.geteuid() != 0:
         pytest.skip("the uid drop needs root")
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
-    sandbox.isolation.cache_clear()
-    try:
+    monkeypatch.setattr(sandbox, "_namespaces_work", lambda python: False)
+    with bubblewrap_hidden(monkeypatch) as iso:
+        assert not iso.namespaces
         program = HOSTILE[name].replace("{PORT}", str(listener))
-        verdict = run_job(program, json.loads(SQ_TESTS), LIMITS)
+        verdict = run_job(program, json.loads(SQ_TESTS), LIMITS, isolation="reduced")
         assert (verdict.passed, verdict.counted) == (2, 2), verdict
-    finally:
-        sandbox.isolation.cache_clear()
+
+
+@pytest.mark.parametrize("name", ["write_outside_workdir", "sysv_shared_memory", "posix_message_queue_and_shm",
+                                  "setsid_and_sleep_in_function"])
+def test_without_namespaces_what_a_program_leaves_is_removed_by_uid(name, monkeypatch):
+    """Reduced mode where root cannot make namespaces (or bubblewrap's are missing): files, POSIX and SysV IPC
+    objects a program leaves in places any user may write, and processes that escaped its session, are found by
+    the sandbox uid and removed at teardown."""
+    import rookgrpo.code.sandbox as sandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("removal by uid needs the uid drop (root)")
+    monkeypatch.setattr(sandbox, "_namespaces_work", lambda python: False)
+    marker_name = f"rookgrpo-leftover-{name}-{os.getpid()}"
+    program = HOSTILE[name].replace("{MARK}", f"/tmp/{marker_name}").replace("{NAME}", marker_name)
+    with bubblewrap_hidden(monkeypatch) as iso:
+        assert not iso.namespaces
+        tmp_before, ipc_before = set(Path("/tmp").iterdir()), _ipc_objects()
+        uid = next_sandbox_uid()
+        verdict = run_job(program, json.loads(SQ_TESTS), LIMITS, uid=uid, isolation="reduced")
+    assert verdict.passed == 0
+    assert processes_of_uids({uid}) == []
+    assert [p for p in Path("/tmp").iterdir() if p not in tmp_before and "rookgrpo" in p.name] == []
+    assert [p for p in (Path(f"/var/tmp/{marker_name}-var"), Path(f"/run/lock/{marker_name}-lock"),
+                        Path(f"/dev/shm/{marker_name}-shm"), Path(f"/dev/shm/{marker_name}")) if p.exists()] == []
+    assert [o for o in _ipc_objects() if o not in ipc_before] == []
 
 
 def test_wire_rejects_what_is_not_plain_data():

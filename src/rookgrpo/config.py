@@ -48,6 +48,16 @@ class RookGRPOConfig(GRPOConfig):
         metadata={"help": "Stockfish processes per training process. Default: min(CPU cores, 4)."},
     )
 
+    code_sandbox_isolation: str = field(
+        default="full",
+        metadata={
+            "help": "What the code reward (code_exec) requires before it runs a model-written program. 'full': "
+            "bubblewrap with user namespaces; on a machine without them the trainer refuses to start, naming the "
+            "package or setting to fix. 'reduced': run the programs without bubblewrap, on purpose, under the layers "
+            "docs/sandbox.md lists for that mode (as root: namespaces rookgrpo makes itself)."
+        },
+    )
+
     task_generation_kwargs: dict | str | None = field(
         default=None,
         metadata={
@@ -77,6 +87,10 @@ class RookGRPOConfig(GRPOConfig):
         from .dynamics.task_sampling import parse_task_generation_kwargs
 
         _check_num_generations(self.num_generations)
+        if self.code_sandbox_isolation not in ("full", "reduced"):
+            raise ConfigError(f"code_sandbox_isolation: {self.code_sandbox_isolation!r} is not an isolation mode; use "
+                              "'full' (bubblewrap, the default) or 'reduced' (without bubblewrap, on purpose; "
+                              "docs/sandbox.md).")
         self.task_generation_kwargs = parse_task_generation_kwargs(self.task_generation_kwargs)
         _fall_back_to_cpu(self)
         super().__post_init__()

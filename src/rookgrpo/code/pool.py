@@ -21,7 +21,7 @@ from dataclasses import asdict
 
 from . import wire
 from .runner import Verdict
-from .sandbox import SandboxLimits, next_sandbox_uid
+from .sandbox import SandboxLimits, next_sandbox_uid, require
 
 START_MARGIN = 5.0  # seconds a job may take beyond its tests' timeouts (runner and sandbox start-up, teardown)
 
@@ -93,10 +93,15 @@ class RunnerProcess:
 
 
 class RunnerPool:
-    """``workers`` runner processes; :meth:`map` runs jobs in parallel over them, each within its deadline."""
+    """``workers`` runner processes; :meth:`map` runs jobs in parallel over them, each within its deadline.
 
-    def __init__(self, workers: int | None = None, limits: SandboxLimits = SandboxLimits()):
-        self.limits = limits
+    ``isolation``: the sandboxes' mode; ``"full"`` (default) is refused here, before any runner starts, where
+    bubblewrap is missing (:func:`rookgrpo.code.sandbox.require`), and again by each sandbox.
+    """
+
+    def __init__(self, workers: int | None = None, limits: SandboxLimits = SandboxLimits(), isolation: str = "full"):
+        require(isolation)
+        self.limits, self.isolation = limits, isolation
         n = workers or max(1, min(2 * (os.cpu_count() or 1), 8))  # runners mostly wait on their sandbox
         self._idle: queue.Queue[RunnerProcess] = queue.Queue()
         with ThreadPoolExecutor(max_workers=n) as starter:  # runners start in parallel
@@ -109,7 +114,8 @@ class RunnerPool:
     def run(self, code: str, spec: dict) -> Verdict:
         runner = self._idle.get()
         try:
-            job = {"code": code, "spec": spec, "limits": asdict(self.limits), "uid": runner.uid}
+            job = {"code": code, "spec": spec, "limits": asdict(self.limits), "uid": runner.uid,
+                   "isolation": self.isolation}
             verdict = runner.run(job, time.monotonic() + job_deadline(spec, self.limits))
             runner.spare_pid = verdict.spare_pid
             return verdict
@@ -147,14 +153,16 @@ _POOLS: dict[tuple, RunnerPool] = {}
 _LOCK = threading.Lock()
 
 
-def get_pool(workers: int | None = None, limits: SandboxLimits = SandboxLimits()) -> RunnerPool:
-    """The process-wide pool for (workers, limits), created on first use and closed at exit."""
+def get_pool(workers: int | None = None, limits: SandboxLimits = SandboxLimits(),
+             isolation: str = "full") -> RunnerPool:
+    """The process-wide pool for (workers, limits, isolation), created on first use and closed at exit."""
+    key = (workers, limits, isolation)
     with _LOCK:
-        pool = _POOLS.get((workers, limits))
+        pool = _POOLS.get(key)
     if pool is None or pool._closed:
-        pool = RunnerPool(workers, limits)
+        pool = RunnerPool(workers, limits, isolation)
         with _LOCK:
-            _POOLS[(workers, limits)] = pool
+            _POOLS[key] = pool
     return pool
 
 

@@ -28,10 +28,12 @@ import builtins
 import functools
 import math
 import os
+import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+from ..errors import ConfigError
 from . import wire
 from .sandbox import Sandbox, SandboxLimits
 
@@ -241,12 +243,12 @@ def normalize_output(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.rstrip().splitlines())
 
 
-def run_stdio(code: str, spec: dict, limits: SandboxLimits, uid: int | None) -> Verdict:
+def run_stdio(code: str, spec: dict, limits: SandboxLimits, uid: int | None, isolation: str = "full") -> Verdict:
     cases = spec["cases"]
     verdict = Verdict(total=len(cases), counted=len(cases), counted_ids=list(range(len(cases))))
     outputs: list[tuple[str, str]] = []  # (input, output) of each case, for the constant and echo checks
     for i, case in enumerate(cases):
-        box = Sandbox(limits, uid)
+        box = Sandbox(limits, uid, isolation)
         try:
             box.start_program(code)
             out, timed_out, over = box.wait_output(limits.timeout, str(case["input"]).encode())
@@ -272,11 +274,12 @@ VARIANTS = "__variants__"
 
 
 def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid: int | None = None,
-            box: Sandbox | None = None) -> Verdict:
+            box: Sandbox | None = None, isolation: str = "full") -> Verdict:
     """Run ``code`` against the tests ``spec``; never raises on anything the program does.
 
-    ``box``: a sandbox already started in call mode with these limits and uid, waiting for its program (the
-    runner keeps one ready); otherwise one is started here.
+    ``box``: a sandbox already started in call mode with these limits, uid and isolation, waiting for its program (the
+    runner keeps one ready); otherwise one is started here. ``isolation``: the sandbox's mode (``"full"`` refuses to
+    start without bubblewrap: :class:`~rookgrpo.code.sandbox.SandboxUnavailable`).
     """
     kind = spec.get("type")
     variants = spec.get(VARIANTS)
@@ -285,8 +288,8 @@ def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid:
             box.close()
         if variants:  # each variant a program of its own
             return Verdict(total=_total(spec), variant_passed_ids=[
-                run_stdio(program, spec, limits, uid).passed_ids for program in variants])
-        return run_stdio(code, spec, limits, uid)
+                run_stdio(program, spec, limits, uid, isolation).passed_ids for program in variants])
+        return run_stdio(code, spec, limits, uid, isolation)
     if box is not None:
         try:
             box.load(code)
@@ -294,7 +297,7 @@ def run_job(code: str, spec: dict, limits: SandboxLimits = SandboxLimits(), uid:
             box.close()
             box = None
     if box is None:
-        box = Sandbox(limits, uid)
+        box = Sandbox(limits, uid, isolation)
         box.start_calls(code)
     try:
         remote = Remote(box, time.monotonic() + limits.timeout * max(1, len(variants or ())))
@@ -329,7 +332,7 @@ def main() -> int:
     become_subreaper()  # a killed sandbox's namespace init is reparented here and reaped after each job
     out_fd = os.dup(1)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stray prints (from a prelude) must not corrupt the protocol
-    spare: tuple | None = None  # (limits, uid, sandbox started in call mode, waiting for its program)
+    spare: tuple | None = None  # (limits, uid, isolation, sandbox started in call mode, waiting for its program)
     while True:
         try:
             job = wire.read_message(0)
@@ -337,25 +340,25 @@ def main() -> int:
             return 2
         if job is None:
             if spare:
-                spare[2].close()
+                spare[3].close()
             return 0
         reap_orphans()
-        limits, uid = SandboxLimits(**job["limits"]), int(job["uid"])
+        limits, uid, mode = SandboxLimits(**job["limits"]), int(job["uid"]), job.get("isolation", "full")
         box = None
-        if spare and spare[:2] == (limits, uid):
-            box = spare[2]
+        if spare and spare[:3] == (limits, uid, mode):
+            box = spare[3]
         elif spare:
-            spare[2].close()
+            spare[3].close()
         try:
-            verdict = run_job(job["code"], job["spec"], limits, uid, box)
+            verdict = run_job(job["code"], job["spec"], limits, uid, box, mode)
         except Exception as exc:  # noqa: BLE001 (a bug here must not kill the worker: the job scores 0)
             verdict = Verdict(loaded=False, note=f"runner error: {type(exc).__name__}: {exc}"[:300])
         reap_orphans()
         try:  # the next job's sandbox starts while this verdict travels and the next job is chosen
-            spare = (limits, uid, Sandbox(limits, uid))
-            spare[2].start_calls()
-            verdict.spare_pid = spare[2].proc.pid
-        except OSError:
+            spare = (limits, uid, mode, Sandbox(limits, uid, mode))
+            spare[3].start_calls()
+            verdict.spare_pid = spare[3].proc.pid
+        except (OSError, subprocess.SubprocessError, ConfigError):  # e.g. no bubblewrap in full mode: refused
             spare = None
         reap_orphans()  # what the teardown's kill left has usually exited by now
         wire.write_message(out_fd, asdict(verdict))

@@ -20,8 +20,12 @@ stops and what remains):
   sandbox's first process before it reads the program (or before exec without bubblewrap).
 - **a wall-clock timeout** enforced by the caller, which kills the process group, the cgroup and the namespace.
 
-Without bubblewrap (or without user namespaces) the program runs under the other layers only, and
-:func:`isolation` says what is lost; the loss is logged once.
+It fails closed. Without bubblewrap (or without user namespaces) a :class:`Sandbox` refuses to start
+(:class:`SandboxUnavailable`, a ``ConfigError`` naming what is missing, the fix and the opt-in) unless its caller
+accepts reduced isolation on purpose (``isolation="reduced"``; ``code_sandbox_isolation: reduced`` in a recipe).
+Reduced isolation keeps the layers below and, where the process is root, rebuilds the filesystem view, network and IPC
+isolation itself (:func:`_enter_namespaces`: new mount, network, IPC and UTS namespaces, no user namespace needed);
+what a pid namespace and a non-root run would add is lost, and :func:`isolation` says so.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigError
 from .wire import write_all, write_literal
 
 logger = logging.getLogger(__name__)
@@ -88,6 +93,21 @@ class SandboxLimits:
     output_bytes: int = 256 * 1024  # stdout captured for stdin/stdout tests
 
 
+ISOLATION_MODES = ("full", "reduced")
+# Where an essential layer is missing: what to install or enable, by cause (SandboxUnavailable's message).
+FIX_NO_BWRAP = "install it: `apt-get install bubblewrap` (Debian, Ubuntu) or `dnf install bubblewrap` (Fedora, RHEL)"
+FIX_NO_USERNS = ("enable unprivileged user namespaces (`sysctl -w kernel.unprivileged_userns_clone=1`; on Ubuntu 24.04 "
+                 "and later also `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`), or in a container start "
+                 "it with `--security-opt seccomp=unconfined --security-opt apparmor=unconfined`")
+OPT_IN = ("To run model-written programs without it on purpose, with the layers docs/sandbox.md lists for that mode, "
+          "set `code_sandbox_isolation: reduced` in the recipe (RookGRPOConfig(code_sandbox_isolation=\"reduced\"), "
+          "or CodeExec(isolation=\"reduced\") outside rookgrpo's trainer).")
+
+
+class SandboxUnavailable(ConfigError):
+    """The machine lacks a layer the sandbox requires in the asked-for isolation mode (see :func:`require`)."""
+
+
 @dataclass(frozen=True)
 class Isolation:
     """Which layers work on this machine, and what is lost where one does not."""
@@ -97,6 +117,30 @@ class Isolation:
     cgroup: str | None  # "v1", "v2" or None
     root: bool
     lost: tuple[str, ...] = field(default=())
+    missing: str | None = None  # without bubblewrap: what is missing here and the one-line fix
+    namespaces: bool = False  # without bubblewrap: mount/network/IPC/UTS namespaces made as root (reduced mode)
+
+
+def check_mode(mode: str, field_name: str = "isolation") -> str:
+    """``mode`` if it is an isolation mode, else a ConfigError naming ``field_name``."""
+    if mode not in ISOLATION_MODES:
+        raise ConfigError(f"{field_name}: {mode!r} is not an isolation mode; use 'full' (bubblewrap, the default) or "
+                          "'reduced' (without bubblewrap, on purpose; docs/sandbox.md).")
+    return mode
+
+
+def require(mode: str = "full", who: str = "code sandbox") -> Isolation:
+    """The machine's isolation, if it serves ``mode``; else :class:`SandboxUnavailable` before any program runs.
+
+    ``full`` needs bubblewrap with user namespaces (the layer docs/sandbox.md calls essential); ``reduced`` runs
+    without it, with what is left (accepted on purpose).
+    """
+    check_mode(mode)
+    iso = isolation()
+    if mode == "full" and iso.bwrap is None:
+        raise SandboxUnavailable(f"{who}: refusing to run model-written code without bubblewrap: {iso.missing}. "
+                                 + OPT_IN)
+    return iso
 
 
 def _sandbox_python() -> str:
@@ -121,28 +165,42 @@ def _cgroup_kind() -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def isolation() -> Isolation:
-    """Probe the layers once: bubblewrap with user namespaces, a writable cgroup, root (for the uid drop)."""
+    """Probe the layers once: bubblewrap with user namespaces, a writable cgroup, root (for the uid drop), and,
+    without bubblewrap, whether root can make the namespaces of reduced mode itself."""
     root = os.geteuid() == 0
     python = _sandbox_python()
     bwrap = shutil.which("bwrap")
-    lost = []
+    lost, missing, namespaces = [], None, False
     if bwrap:
         probe = Sandbox(SandboxLimits(timeout=10), _iso=Isolation(bwrap, python, None, root))
+        said = b""
         try:
-            probe.start_program("print('ok')")
-            ok = probe.wait_output(10)[0].strip() == b"ok"
-        except OSError:
-            ok = False
+            probe.start_program("print('ok')", stderr=subprocess.PIPE)
+            out = probe.wait_output(10)[0]
+            said = probe.proc.stderr.read(2000) if probe.proc.stderr else b""
+            ok = out.strip() == b"ok"
+        except OSError as exc:
+            ok, said = False, str(exc).encode()
         finally:
             probe.close()
         if not ok:
-            lost.append("bubblewrap is installed but cannot create namespaces here (user namespaces disabled?)")
+            reason = said.decode(errors="replace").strip().splitlines()
+            missing = (f"{bwrap} cannot create a user namespace here"
+                       f"{' (bwrap: ' + reason[-1][:200] + ')' if reason else ''}; {FIX_NO_USERNS}")
+            lost.append(f"bubblewrap is installed but cannot create namespaces here (user namespaces disabled?)")
             bwrap = None
     else:
+        missing = f"bubblewrap (`bwrap`) is not on PATH; {FIX_NO_BWRAP}"
         lost.append("no bubblewrap (apt-get install bubblewrap)")
     if not bwrap:
-        lost.append("without it: no network, PID, IPC or mount isolation; the program sees the host's files "
-                    "(read-only where permissions say so) and its /tmp; setsid/fork escapes are killed by uid only")
+        namespaces = root and _namespaces_work(python)
+        if namespaces:
+            lost.append("without it (reduced mode, as root): mount, network, IPC and UTS namespaces and the filesystem "
+                        "view are made by rookgrpo itself; no PID namespace (escapes are killed by uid) and no /proc")
+        else:
+            lost.append("without it: no network, PID, IPC or mount isolation; the program sees the host's files "
+                        "(read-only where permissions say so) and its /tmp; setsid/fork escapes are killed by uid "
+                        "only; files and SysV IPC objects it leaves are removed by uid")
     if not python.startswith("/usr/"):
         lost.append(f"no system Python under /usr: the sandbox runs {python}")
     cgroup = _cgroup_kind()
@@ -151,15 +209,25 @@ def isolation() -> Isolation:
     if not root:
         lost.append("not root: no uid drop (the program runs as the trainer's user); RLIMIT_NPROC counts all of "
                     "that user's processes")
-    iso = Isolation(bwrap, python, cgroup, root, tuple(lost))
+    iso = Isolation(bwrap, python, cgroup, root, tuple(lost), missing, namespaces)
     if lost:
-        logger.warning("code sandbox: reduced isolation: %s", "; ".join(lost))
+        logger.warning("code sandbox: %s isolation here: %s", "full" if bwrap else "reduced", "; ".join(lost))
     return iso
 
 
-def namespaces_available() -> bool:
-    """Whether programs run inside bubblewrap's namespaces here."""
-    return isolation().bwrap is not None
+def _namespaces_work(python: str) -> bool:
+    """Whether this (root) process can give a sandbox the mount, network, IPC and UTS namespaces of reduced mode
+    (not in a container that withholds CAP_SYS_ADMIN or blocks ``unshare``)."""
+    probe = Sandbox(SandboxLimits(timeout=10), isolation="reduced",
+                    _iso=Isolation(None, python, None, True, namespaces=True))
+    try:
+        probe.start_program("import os\nprint(sorted(os.listdir('/')))")
+        out = probe.wait_output(10)[0]
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        probe.close()
+    return out.strip() == str(sorted(VIEW_TOP)).encode()
 
 
 # --- cgroups ---------------------------------------------------------------------------------------------------
@@ -340,23 +408,27 @@ def _write(path: Path, value: str) -> None:
 # --- one sandboxed program ---------------------------------------------------------------------------------------
 
 
+VIEW_TOP = ("bin", "dev", "lib", "lib64", "usr", "work")  # the top of the sandbox's filesystem (reduced mode: no proc)
+VIEW_DEVICES = ("null", "zero", "full", "random", "urandom")
+
+
+def _view_paths(python: str) -> list[str]:
+    """What the sandbox sees of the host, read-only: the interpreter, its stdlib and the shared libraries."""
+    stdlib = f"/usr/lib/python{sys.version_info.major}.{sys.version_info.minor}"
+    paths = [python] + [p for p in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu")
+                        if os.path.isdir(p)]
+    version = Path(python).name  # e.g. python3.11
+    candidates = [f"/usr/lib/{version}", stdlib] if version.startswith("python3.") else [stdlib]
+    return paths + [p for p in dict.fromkeys(candidates) if os.path.isdir(p)]
+
+
 def _bwrap_command(iso: Isolation, limits: SandboxLimits, argv: list[str]) -> list[str]:
     python_dir = Path(iso.python).parent
-    stdlib = f"/usr/lib/python{sys.version_info.major}.{sys.version_info.minor}"
-    binds = []
-    for path in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu"):
-        if os.path.isdir(path):
-            binds += ["--ro-bind", path, path]
-    version = Path(iso.python).name  # e.g. python3.11
-    candidates = [f"/usr/lib/{version}", stdlib] if version.startswith("python3.") else [stdlib]
-    for path in dict.fromkeys(candidates):
-        if os.path.isdir(path):
-            binds += ["--ro-bind", path, path]
+    binds = [arg for path in _view_paths(iso.python) for arg in ("--ro-bind", path, path)]
     return [
         iso.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
         "--clearenv", "--setenv", "PATH", "/usr/bin", "--setenv", "HOME", "/work", "--setenv", "LANG", "C.UTF-8",
-        "--setenv", "PYTHONHASHSEED", "0",
-        "--ro-bind", iso.python, iso.python, *binds,
+        "--setenv", "PYTHONHASHSEED", "0", *binds,
         "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", str(python_dir), "/bin",
         "--proc", "/proc", "--dev", "/dev",
         "--size", str(limits.workdir_mb * 1024 * 1024), "--tmpfs", "/work", "--chdir", "/work",
@@ -384,22 +456,80 @@ def _libc():
 
 def rlimits(limits: SandboxLimits, uid: int | None) -> list[tuple[str, int]]:
     """The rlimits of a sandboxed program, as (``resource.RLIMIT_`` name suffix, value): address space, CPU time,
-    file size, open files, no core dumps, and, when it runs under a uid of its own, processes (RLIMIT_NPROC counts
-    every process of the uid, so under a shared uid it would count the trainer's too)."""
+    file size, open files, no core dumps, no POSIX message queue memory (a queue could outlive the run where no IPC
+    namespace holds it), and, when it runs under a uid of its own, processes (RLIMIT_NPROC counts every process of the
+    uid, so under a shared uid it would count the trainer's too)."""
     mb = 1024 * 1024
     out = [("AS", limits.memory_mb * mb), ("CPU", limits.cpu_seconds), ("FSIZE", limits.file_size_mb * mb),
-           ("NOFILE", limits.open_files), ("CORE", 0)]
+           ("NOFILE", limits.open_files), ("CORE", 0), ("MSGQUEUE", 0)]
     return out + [("NPROC", limits.processes)] if uid is not None else out
 
 
-def _child_setup(limits: SandboxLimits, uid: int | None, cgroup_procs: list[str]) -> None:
-    """Without bubblewrap, in the child before exec: own session, into the run's cgroup, rlimits, no_new_privs, then
-    the uid drop and the parent-death signal (a uid change clears it)."""
+NAMESPACE_ROOT = "/tmp"  # reduced mode's view is mounted here, in the program's own mount namespace only
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x04000000, 0x08000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = [None if x is None else x.encode() for x in (source, target, fstype, data)]
+    if _libc().mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def _enter_namespaces(python: str, root: str, limits: SandboxLimits, uid: int | None) -> None:
+    """Reduced mode as root, in the child before exec: what bubblewrap would give, made without a user namespace.
+
+    New mount, network, IPC and UTS namespaces; a read-only tmpfs over ``root`` (``/tmp``; private to the new mount
+    namespace, so the host's ``/tmp`` is untouched and the view vanishes with the program) holding the interpreter, its stdlib and shared libraries bound read-only, five
+    character devices and ``/work``, a tmpfs of ``workdir_mb`` the program's uid owns; then ``chroot`` into it. The program, dropped to
+    its uid with ``no_new_privs``, cannot leave the chroot (that takes CAP_SYS_CHROOT), reach the network (only a down
+    loopback), or create IPC objects that outlive it. Not rebuilt: a PID namespace (the program's own first process
+    would have to be its init) and ``/proc``.
+    """
+    libc = _libc()
+    if libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare: {os.strerror(err)}")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for path in _view_paths(python):
+        target = root + path
+        if os.path.isdir(path):
+            os.makedirs(target, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            open(target, "a").close()
+        _mount(path, target, None, MS_BIND | MS_REC)
+        _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.mkdir(root + "/dev")
+    for name in VIEW_DEVICES:
+        open(f"{root}/dev/{name}", "a").close()
+        _mount(f"/dev/{name}", f"{root}/dev/{name}", None, MS_BIND)
+    for link, target in (("lib", "usr/lib"), ("lib64", "usr/lib64"), ("bin", str(Path(python).parent))):
+        os.symlink(target, f"{root}/{link}")
+    os.mkdir(root + "/work", 0o700)
+    _mount(None, root, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)  # only /work is writable
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    _mount("tmpfs", root + "/work", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={limits.workdir_mb * 1024 * 1024},mode=0700{owner}")
+    libc.sethostname(b"sandbox", 7)
+    os.chroot(root)
+    os.chdir("/work")
+
+
+def _child_setup(limits: SandboxLimits, uid: int | None, cgroup_procs: list[str],
+                 view: tuple[str, str] | None = None) -> None:
+    """Without bubblewrap, in the child before exec: own session, into the run's cgroup, (as root, reduced mode) the
+    namespaces and filesystem view of :func:`_enter_namespaces` (``view``: interpreter, root), rlimits,
+    no_new_privs, then the uid drop and the parent-death signal (a uid change clears it)."""
     os.setsid()
     pid = str(os.getpid())
     for path in cgroup_procs:
         with open(path, "w") as fh:
             fh.write(pid)
+    if view is not None:
+        _enter_namespaces(view[0], view[1], limits, uid)
     for name, value in rlimits(limits, uid):
         resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
     libc = _libc()
@@ -412,18 +542,27 @@ def _child_setup(limits: SandboxLimits, uid: int | None, cgroup_procs: list[str]
 
 
 class Sandbox:
-    """One untrusted program in a fresh sandbox, reachable through two pipes (requests in, answers out)."""
+    """One untrusted program in a fresh sandbox, reachable through two pipes (requests in, answers out).
 
-    def __init__(self, limits: SandboxLimits, uid: int | None = None, _iso: Isolation | None = None):
+    ``isolation``: ``"full"`` (default) refuses to start without bubblewrap (:class:`SandboxUnavailable`);
+    ``"reduced"`` accepts the layers this machine has without it (docs/sandbox.md).
+    """
+
+    def __init__(self, limits: SandboxLimits, uid: int | None = None, isolation: str = "full",
+                 _iso: Isolation | None = None):
         self.limits = limits
-        self.iso = _iso or isolation()
+        self.mode = check_mode(isolation)
+        self.iso = _iso or globals()["isolation"]()
         self.uid = (uid if uid is not None else next_sandbox_uid()) if self.iso.root else None
         self.proc: subprocess.Popen | None = None
         self.cgroup: Cgroup | None = None
         self.workdir: str | None = None
         self.req_w = self.resp_r = None
 
-    def _start(self, stdin) -> None:
+    def _start(self, stdin, stderr=subprocess.DEVNULL) -> None:
+        if self.iso.bwrap is None and self.mode != "reduced":  # fail closed, before anything runs
+            raise SandboxUnavailable(f"code sandbox: refusing to run model-written code without bubblewrap: "
+                                     f"{self.iso.missing}. " + OPT_IN)
         req_r, self.req_w = os.pipe()
         self.resp_r, resp_w = os.pipe()
         limits = ",".join(f"{name}={value}" for name, value in rlimits(self.limits, self.uid))
@@ -434,6 +573,8 @@ class Sandbox:
         if self.iso.bwrap:
             cmd = _bwrap_command(self.iso, self.limits, argv)
             env = {}
+        elif self.iso.namespaces:  # the view is built over /tmp inside the new mount namespace: nothing on the host
+            cmd, env = argv, {"PATH": "/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
         else:
             self.workdir = tempfile.mkdtemp(prefix="rookgrpo-sandbox-")
             if self.uid is not None:
@@ -459,11 +600,12 @@ class Sandbox:
         else:
             procs = self.cgroup.procs_files if self.cgroup else []
             _libc()  # loaded here, so the child (between fork and exec) does not dlopen
-            spawn = {"preexec_fn": functools.partial(_child_setup, self.limits, self.uid, procs)}
+            view = (self.iso.python, NAMESPACE_ROOT) if self.iso.namespaces else None
+            spawn = {"preexec_fn": functools.partial(_child_setup, self.limits, self.uid, procs, view)}
         try:
             with self.cgroup.holding_spawn() if self.cgroup and direct else contextlib.nullcontext():
                 self.proc = subprocess.Popen(
-                    cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd, env=env,
+                    cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, cwd=cwd, env=env,
                     pass_fds=(req_r, resp_w), close_fds=True, **spawn,
                 )
         finally:
@@ -487,9 +629,10 @@ class Sandbox:
         """Send the program to a sandbox started in call mode; it loads it and answers the calls that follow."""
         write_literal(self.req_w, {"mode": "calls", "code": code})
 
-    def start_program(self, code: str) -> None:
-        """Start the program as a script reading stdin (see :meth:`wait_output`) and writing stdout."""
-        self._start(subprocess.PIPE)
+    def start_program(self, code: str, stderr=subprocess.DEVNULL) -> None:
+        """Start the program as a script reading stdin (see :meth:`wait_output`) and writing stdout (``stderr``:
+        where its stderr goes, by default nowhere)."""
+        self._start(subprocess.PIPE, stderr)
         write_literal(self.req_w, {"mode": "program", "code": code})
 
     def wait_output(self, timeout: float, stdin: bytes = b"") -> tuple[bytes, bool, bool]:
@@ -595,8 +738,10 @@ class Sandbox:
             self.cgroup = None
         if self.uid is not None and not self.iso.bwrap:
             kill_uid(self.uid)  # no PID namespace: what escaped the session is found by uid
+            if not self.iso.namespaces:  # no mount or IPC namespace: what it left in shared places, by uid too
+                remove_uid_leftovers(self.uid)
         if self.workdir:
-            subprocess.run(["rm", "-rf", "--one-file-system", self.workdir], capture_output=True)
+            shutil.rmtree(self.workdir, ignore_errors=True)  # symlinks are removed, not followed
 
 
 def processes_of_uids(uids: set[int], zombies: bool = False) -> list[tuple[int, str]]:
@@ -617,6 +762,51 @@ def processes_of_uids(uids: set[int], zombies: bool = False) -> list[tuple[int, 
             name = fields.get("Name", "").strip()
             found.append((int(entry), f"{name} (zombie of {fields.get('PPid', '?').strip()})" if zombie else name))
     return found
+
+
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
+IPC_RMID = 0
+
+
+def remove_uid_leftovers(uid: int) -> int:
+    """Remove what a sandbox uid left where any user may write (``SHARED_WRITABLE``: files, directories, sockets,
+    POSIX shared memory and queues) and its SysV IPC objects (never uid 0). Returns how many were removed. For reduced
+    isolation without namespaces, where nothing else would take them away."""
+    if uid <= 0:
+        return 0
+    removed = 0
+    for top in SHARED_WRITABLE:
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+                removed += 1
+            except OSError:
+                pass
+    libc = _libc()
+    for kind, remove in (("shm", lambda i: libc.shmctl(i, IPC_RMID, None)),
+                         ("sem", lambda i: libc.semctl(i, 0, IPC_RMID)),
+                         ("msg", lambda i: libc.msgctl(i, IPC_RMID, None))):
+        try:
+            header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        except OSError:
+            continue
+        names = header.split()
+        for row in rows:
+            fields = dict(zip(names, row.split()))
+            if int(fields.get("uid", -1)) == uid or int(fields.get("cuid", -1)) == uid:
+                ident = int(fields.get("shmid") or fields.get("semid") or fields.get("msqid") or -1)
+                if ident >= 0 and remove(ident) == 0:
+                    removed += 1
+    return removed
 
 
 def kill_uid(uid: int) -> None:

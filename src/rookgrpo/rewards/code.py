@@ -19,7 +19,7 @@ from typing import Any
 
 from ..code.pool import get_pool
 from ..code.runner import rewrite_asserts
-from ..code.sandbox import SandboxLimits
+from ..code.sandbox import SandboxLimits, check_mode, require
 from ..errors import ConfigError
 from .registry import register_reward
 from .utils import completion_text
@@ -63,6 +63,11 @@ class CodeExec:
     ``return x`` passes the two trivial cases and is an echo: both earn 0 (0.17 and 0.33 under a plain pass
     fraction).
 
+    It fails closed: ``isolation="full"`` (the default) needs bubblewrap with user namespaces, and where this machine
+    lacks them the first call (or the trainer, before training) raises a ``ConfigError`` naming what is missing and
+    the fix, before any program runs. ``isolation="reduced"`` (``code_sandbox_isolation: reduced`` in a recipe) runs
+    programs without bubblewrap on purpose, under the layers docs/sandbox.md lists for that mode.
+
     Example:
         >>> tests = '{"type": "calls", "entry_point": "sq", "cases": [{"args": [3], "expected": 9}, ' \\
         ...         '{"args": [1], "expected": 1}, {"args": [0], "expected": 0}]}'
@@ -76,10 +81,26 @@ class CodeExec:
     required_columns = ("tests",)
 
     def __init__(self, partial_credit: float = 0.5, binary: bool = False, workers: int | None = None,
-                 limits: SandboxLimits = SandboxLimits()):
+                 limits: SandboxLimits = SandboxLimits(), isolation: str = "full"):
         self.partial_credit, self.binary, self.workers, self.limits = partial_credit, binary, workers, limits
+        self.isolation = check_mode(isolation, "code_exec isolation")
         self.__name__ = self.name
         self._trivial: dict[str, frozenset[int]] = {}
+
+    def setup(self, args: Any) -> "CodeExec":
+        """The trainer's hook, before training: the recipe's ``code_sandbox_isolation`` applies, and a machine
+        without the layers that mode needs is a ConfigError now, not at the first batch."""
+        mode = check_mode(getattr(args, "code_sandbox_isolation", None) or self.isolation, "code_sandbox_isolation")
+        reward = self if mode == self.isolation else CodeExec(self.partial_credit, self.binary, self.workers,
+                                                              self.limits, mode)
+        require(mode, "code_exec")
+        return reward
+
+    def pool(self):
+        """The runner pool this reward's programs run in; refuses (ConfigError) where its isolation mode cannot be
+        had, before any program runs."""
+        require(self.isolation, "code_exec")
+        return get_pool(self.workers, self.limits, self.isolation)
 
     def __call__(self, prompts, completions, tests=None, **kwargs) -> list[float | None]:
         if tests is None:
@@ -97,7 +118,7 @@ class CodeExec:
             owners.append(i)
         if not jobs:
             return scores
-        pool = get_pool(self.workers, self.limits)
+        pool = self.pool()
         tables = self.trivial_tests([spec for _, spec in jobs], pool) \
             if not (self.binary or self.partial_credit == 0) else [frozenset()] * len(jobs)
         for table, owner, verdict in zip(tables, owners, pool.map(jobs)):
@@ -134,7 +155,7 @@ class CodeExec:
                 else:
                     missing[key] = spec
         if missing:
-            pool = pool or get_pool(self.workers, self.limits)
+            pool = pool or self.pool()
             for (key, spec), verdict in zip(missing.items(),
                                             pool.map([trivial.variants_job(s) for s in missing.values()])):
                 table = frozenset(i for ids in verdict.variant_passed_ids for i in ids)
