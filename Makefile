@@ -43,8 +43,8 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -e ".[test]"
 	touch $@
 
-# Stockfish scores the chess rewards; bubblewrap isolates the code reward's sandbox (without it the sandbox runs with
-# fewer layers and says which, see docs/sandbox.md).
+# Stockfish scores the chess rewards; bubblewrap isolates the code reward's sandbox (without it code_exec refuses to
+# run model code unless a recipe accepts `code_sandbox_isolation: reduced`, see docs/sandbox.md).
 system-tools:
 	@missing=""; \
 	command -v stockfish >/dev/null 2>&1 || [ -x /usr/games/stockfish ] || missing="$$missing stockfish"; \

@@ -2,7 +2,6 @@
 returns in time and leaves nothing behind (no surviving process, no file, socket or IPC object outside the work dir).
 """
 
-import contextlib
 import json
 import os
 import threading
@@ -11,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from hostile.corpus import HOSTILE, PLAUSIBLE
+from hostile.corpus import HOSTILE
+from hostile.harness import (CASES, CLEAN, FENCED, LIMITS, SQ_TESTS, bubblewrap_hidden, check_hostile, ipc_objects,
+                             isolation_mode, survivors)
 from rookgrpo.code import wire
 from rookgrpo.code.pool import START_MARGIN
 from rookgrpo.code.problems import builtin_rows, from_verification_info, humaneval_rows
 from rookgrpo.code.runner import Remote, run_job
 from rookgrpo.code.sandbox import (
-    SANDBOX_UID_BASE,
-    UIDS_PER_PROCESS,
     Sandbox,
     SandboxLimits,
     isolation,
@@ -27,9 +26,6 @@ from rookgrpo.code.sandbox import (
 )
 from rookgrpo.rewards.code import CodeExec, code_exec, code_format, extract_code
 
-SQ_TESTS = json.dumps({"type": "asserts", "entry_point": "sq",
-                       "code": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"})
-FENCED = "Here you go:\n```python\n{}\n```\n"
 
 
 @pytest.fixture(scope="module")
@@ -124,51 +120,6 @@ def test_open_r1_verification_info_shapes():
 # --- hostile corpus -----------------------------------------------------------------------------------------------
 
 FULL = isolation().bwrap is not None and isolation().root
-LIMITS = SandboxLimits(timeout=2, cpu_seconds=2, memory_mb=512, workdir_mb=32, output_bytes=64 * 1024)
-SANDBOX_UIDS = set(range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + UIDS_PER_PROCESS))
-
-
-def _ipc_objects() -> list[str]:
-    out = []
-    for kind in ("shm", "sem", "msg"):
-        try:
-            out += Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
-        except OSError:
-            pass
-    return out
-
-
-def _tree(pid: int) -> set[int]:
-    """``pid`` and its descendants (from /proc's children lists)."""
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        out.add(p)
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                todo += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                pass
-    return out
-
-
-def _survivors(wait: float = 3.0) -> list:
-    """Processes whose real or effective uid is a sandbox uid, polled for up to ``wait`` seconds. Not survivors: the
-    live pools' idle pre-started sandboxes (waiting for their next program), and zombies whose parent is one of the
-    pools' runners (dead, reaped by that runner after its next job). A zombie of any other parent counts: where the
-    host's PID 1 does not reap, such zombies pile up under the sandbox uid."""
-    from rookgrpo.code.pool import _POOLS
-
-    runners = {str(r.proc.pid) for pool in _POOLS.values() for r in pool.runners if r.proc is not None}
-    deadline = time.monotonic() + wait
-    while True:
-        spares = set().union(*(_tree(pid) for pool in _POOLS.values() for pid in pool.spare_pids()))
-        found = [p for p in processes_of_uids(SANDBOX_UIDS, zombies=True)
-                 if p[0] not in spares and not any(p[1].endswith(f"(zombie of {r})") for r in runners)]
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.1)
-
 
 
 @pytest.fixture(scope="module")
@@ -183,87 +134,30 @@ def listener():
     server.close()
 
 
-CASES = {**{name: (program, SQ_TESTS) for name, program in HOSTILE.items()},
-         **{name: (program, json.dumps(tests)) for name, (program, tests) in PLAUSIBLE.items()}}
+# What reduced isolation leaves open where root cannot make namespaces and Landlock stands in (docs/sandbox.md): a
+# program sees which paths exist (Landlock does not cover stat) and may create a user namespace.
+OPEN_UNDER_LANDLOCK = {"read_the_checkout", "new_user_namespace"}
 
 
-@contextlib.contextmanager
-def bubblewrap_hidden(monkeypatch):
-    """This process and the runners it starts see no ``bwrap`` (an empty PATH, as on a machine where nobody installed
-    it); the isolation probe runs again on both sides."""
-    import rookgrpo.code.sandbox as sandbox
-
-    monkeypatch.setenv("PATH", "/nonexistent")
-    sandbox.isolation.cache_clear()
-    try:
-        yield sandbox.isolation()
-    finally:
-        monkeypatch.undo()
-        sandbox.isolation.cache_clear()
-
-
-@contextlib.contextmanager
-def isolation_mode(mode, monkeypatch):
-    """``full``: bubblewrap as installed; ``reduced``: bubblewrap hidden, reduced isolation accepted."""
-    if mode == "full":
-        yield isolation()
-    else:
-        with bubblewrap_hidden(monkeypatch) as iso:
-            yield iso
-
-
-def check_hostile(name: str, mode: str, port: int, reward: CodeExec) -> dict:
-    """Run corpus program ``name`` once through ``reward`` and count what it got away with: a reward above 0, an
-    exception from the reward, a reward later than its deadline, processes left under a sandbox uid, files left outside
-    the work dir, new SysV IPC objects; and whether a correct solution earns 1.0 right after."""
-    marker_name = f"rookgrpo-hostile-{name}-{mode}-{os.getpid()}"
-    mark = f"/tmp/{marker_name}"
-    program, tests = CASES[name]
-    program = program.replace("{MARK}", mark).replace("{NAME}", marker_name).replace("{PORT}", str(port))
-    tmp_before, ipc_before = set(Path("/tmp").iterdir()), _ipc_objects()
-    start = time.monotonic()
-    try:
-        score = reward(["p"], [FENCED.format(program)], tests=[tests])[0]
-        error = None
-    except Exception as exc:  # noqa: BLE001 (counted: a reward must never raise on a program)
-        score, error = None, f"{type(exc).__name__}: {exc}"
-    seconds = time.monotonic() - start
-    survivors = _survivors()
-    leftovers = [p for p in (Path(mark + "-tmp"), Path(mark + "-late"), Path(f"/var/tmp/{marker_name}-var"),
-                             Path(f"/run/lock/{marker_name}-lock"), Path(f"/dev/shm/{marker_name}-shm"),
-                             Path(f"/dev/shm/{marker_name}"), Path(f"/root/{marker_name}-root"),
-                             Path(f"/etc/{marker_name}-etc"), Path(f"/usr/{marker_name}-usr")) if p.exists()]
-    leftovers += [p for p in set(Path("/tmp").iterdir()) - tmp_before if "rookgrpo" in p.name]
-    ipc = [o for o in _ipc_objects() if o not in ipc_before]
-    solution = PLAUSIBLE_SOLUTIONS.get(name, "def sq(x):\n    return x * x\n")
-    after = reward(["p"], [FENCED.format(solution)], tests=[tests])[0]
-    return {"score": score, "error": error, "late": seconds >= reward.limits.timeout + START_MARGIN,
-            "survivors": survivors, "files": [str(p) for p in leftovers], "ipc": ipc, "solution_after": after}
-
-
-@pytest.mark.parametrize("mode", ["full", "reduced"])
+@pytest.mark.parametrize("mode", ["full", "reduced", "reduced-no-namespaces"])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_hostile_program_earns_zero_and_harms_nothing(name, mode, listener, monkeypatch):
-    """In both isolation modes: reward 0, no exception, in time, nothing left running, no file outside the work
-    dir, no new IPC object, and the sandbox that follows is as good as new. ``reduced`` hides bubblewrap from this
-    process and its runners and accepts reduced isolation: what stops the corpus there is the namespaces rookgrpo
-    makes itself as root, plus the uid, cgroup, rlimits and split trust."""
+def test_hostile_program_earns_zero_and_harms_nothing(name, mode, listener):
+    """Reward 0, no exception, in time, nothing left running, no file outside the work dir, no new IPC object, and
+    the sandbox that follows is as good as new. ``full``: bubblewrap. ``reduced``: bubblewrap hidden from this process
+    and its runners, reduced isolation accepted; as root, rookgrpo makes the namespaces itself. ``reduced-no-
+    namespaces``: as where root may not make them (a container without CAP_SYS_ADMIN, or not root): Landlock stands
+    in, and the two probes it cannot stop (OPEN_UNDER_LANDLOCK) are pinned as breaches, documented."""
     if not FULL:
         pytest.skip(f"the corpus needs root and bubblewrap; here: {'; '.join(isolation().lost)}")
     assert len(HOSTILE) >= 60
-    with isolation_mode(mode, monkeypatch) as iso:
-        assert (iso.bwrap is None) == (mode == "reduced")
-        if mode == "reduced" and not iso.namespaces:
-            pytest.skip("reduced mode here cannot make namespaces (docs/sandbox.md: what that leaves open)")
-        found = check_hostile(name, mode, listener, CodeExec(limits=LIMITS, workers=2, isolation=mode))
-    assert found == {"score": 0.0, "error": None, "late": False, "survivors": [], "files": [], "ipc": [],
-                     "solution_after": 1.0}
-
-
-PLAUSIBLE_SOLUTIONS = {
-    "redefine_prompt_helper_as_identity": "def decode_shift(s):\n    return ''.join(chr((ord(c) - 97 - 5) % 26 + 97) "
-                                          "for c in s)\n",
-}
+    with isolation_mode(mode) as iso:
+        assert (iso.bwrap is None) == (mode != "full")
+        if mode == "reduced" and not iso.namespaces or mode == "reduced-no-namespaces" and not iso.landlock:
+            pytest.skip(f"{mode} is not to be had here: {'; '.join(iso.lost)}")
+        found = check_hostile(name, mode, listener, CodeExec(limits=LIMITS, workers=2,
+                                                             isolation="full" if mode == "full" else "reduced"))
+    open_breach = mode == "reduced-no-namespaces" and name in OPEN_UNDER_LANDLOCK
+    assert found == {**CLEAN, "score": 1.0 if open_breach else 0.0}
 
 
 def test_program_that_never_reads_a_large_stdin_returns_in_time():
@@ -275,7 +169,7 @@ def test_program_that_never_reads_a_large_stdin_returns_in_time():
     reward = CodeExec(limits=LIMITS)
     assert reward(["p"], [FENCED.format(program)], tests=[tests]) == [0.0]
     assert time.monotonic() - start < LIMITS.timeout + START_MARGIN
-    assert _survivors() == []
+    assert survivors() == []
 
 
 def _run_program(program: str, uid: int | None) -> str:
@@ -375,7 +269,7 @@ def test_where_the_thread_cannot_find_its_own_cgroup_the_child_joins_the_run_its
 
 
 def test_without_bubblewrap_the_rlimits_are_set_before_exec(monkeypatch):
-    with bubblewrap_hidden(monkeypatch):
+    with bubblewrap_hidden():
         uid = next_sandbox_uid() if os.geteuid() == 0 else None
         box = Sandbox(LIMITS, uid, isolation="reduced")
         try:
@@ -400,7 +294,7 @@ def test_without_bubblewrap_code_exec_refuses_before_any_program_runs(monkeypatc
 
     marker = tmp_path / "ran"
     program = FENCED.format(f"open({str(marker)!r}, 'w').write('x')\ndef sq(x):\n    return x * x\n")
-    with bubblewrap_hidden(monkeypatch) as iso:
+    with bubblewrap_hidden() as iso:
         assert iso.bwrap is None and "apt-get install bubblewrap" in iso.missing
         pools = set(_POOLS)
         for reward in (CodeExec(limits=LIMITS), code_exec):
@@ -430,7 +324,7 @@ def test_without_bubblewrap_code_exec_refuses_before_any_program_runs(monkeypatc
 def test_reduced_isolation_is_reported_and_still_judged(monkeypatch):
     """Without bubblewrap, reduced mode (accepted) still runs and judges the program, and the loss is said plainly;
     as root the program sees the same view as under bubblewrap, without network."""
-    with bubblewrap_hidden(monkeypatch) as iso:
+    with bubblewrap_hidden() as iso:
         assert iso.bwrap is None and any("no bubblewrap" in reason for reason in iso.lost)
         verdict = run_job("def sq(x):\n    return x * x\n", json.loads(SQ_TESTS), LIMITS, isolation="reduced")
         assert (verdict.passed, verdict.counted) == (2, 2)
@@ -451,38 +345,32 @@ def test_reduced_isolation_is_reported_and_still_judged(monkeypatch):
 
 @pytest.mark.parametrize("name", ["read_the_checkout", "read_etc_files", "list_the_root", "read_site_packages",
                                   "network_connect_loopback", "read_host_proc_cmdlines"])
-def test_host_probes_do_detect_a_breach_where_the_layer_is_missing(name, listener, monkeypatch):
-    """The corpus's probes answer right only when they reach the host: with bubblewrap off and no namespaces (reduced
-    mode where root cannot make them) they do, so their 0 in both modes of the corpus test is the isolation's
-    doing, not a probe that cannot succeed."""
-    import rookgrpo.code.sandbox as sandbox
-
+def test_host_probes_do_detect_a_breach_where_the_layer_is_missing(name, listener):
+    """The corpus's probes answer right only when they reach the host: with bubblewrap, rookgrpo's namespaces and
+    Landlock all off they do, so their 0 in the corpus test is the isolation's doing, not a probe that cannot
+    succeed."""
     if os.geteuid() != 0:
         pytest.skip("the uid drop needs root")
-    monkeypatch.setattr(sandbox, "_namespaces_work", lambda python: False)
-    with bubblewrap_hidden(monkeypatch) as iso:
-        assert not iso.namespaces
+    with bubblewrap_hidden(namespaces=False, landlock=False) as iso:
+        assert not iso.namespaces and not iso.landlock
         program = HOSTILE[name].replace("{PORT}", str(listener))
         verdict = run_job(program, json.loads(SQ_TESTS), LIMITS, isolation="reduced")
-        assert (verdict.passed, verdict.counted) == (2, 2), verdict
+    assert (verdict.passed, verdict.counted) == (2, 2), verdict
 
 
 @pytest.mark.parametrize("name", ["write_outside_workdir", "sysv_shared_memory", "posix_message_queue_and_shm",
                                   "setsid_and_sleep_in_function"])
-def test_without_namespaces_what_a_program_leaves_is_removed_by_uid(name, monkeypatch):
-    """Reduced mode where root cannot make namespaces (or bubblewrap's are missing): files, POSIX and SysV IPC
-    objects a program leaves in places any user may write, and processes that escaped its session, are found by
-    the sandbox uid and removed at teardown."""
-    import rookgrpo.code.sandbox as sandbox
-
+def test_without_namespaces_what_a_program_leaves_is_removed_by_uid(name):
+    """Reduced mode with neither namespaces nor Landlock: files, POSIX and SysV IPC objects a program leaves in places
+    any user may write, and processes that escaped its session, are found by the sandbox uid and removed at
+    teardown."""
     if os.geteuid() != 0:
         pytest.skip("removal by uid needs the uid drop (root)")
-    monkeypatch.setattr(sandbox, "_namespaces_work", lambda python: False)
     marker_name = f"rookgrpo-leftover-{name}-{os.getpid()}"
     program = HOSTILE[name].replace("{MARK}", f"/tmp/{marker_name}").replace("{NAME}", marker_name)
-    with bubblewrap_hidden(monkeypatch) as iso:
-        assert not iso.namespaces
-        tmp_before, ipc_before = set(Path("/tmp").iterdir()), _ipc_objects()
+    with bubblewrap_hidden(namespaces=False, landlock=False) as iso:
+        assert not iso.namespaces and not iso.landlock
+        tmp_before, ipc_before = set(Path("/tmp").iterdir()), ipc_objects()
         uid = next_sandbox_uid()
         verdict = run_job(program, json.loads(SQ_TESTS), LIMITS, uid=uid, isolation="reduced")
     assert verdict.passed == 0
@@ -490,7 +378,7 @@ def test_without_namespaces_what_a_program_leaves_is_removed_by_uid(name, monkey
     assert [p for p in Path("/tmp").iterdir() if p not in tmp_before and "rookgrpo" in p.name] == []
     assert [p for p in (Path(f"/var/tmp/{marker_name}-var"), Path(f"/run/lock/{marker_name}-lock"),
                         Path(f"/dev/shm/{marker_name}-shm"), Path(f"/dev/shm/{marker_name}")) if p.exists()] == []
-    assert [o for o in _ipc_objects() if o not in ipc_before] == []
+    assert [o for o in ipc_objects() if o not in ipc_before] == []
 
 
 def test_wire_rejects_what_is_not_plain_data():

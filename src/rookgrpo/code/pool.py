@@ -38,7 +38,7 @@ class RunnerProcess:
 
     def __init__(self, uid: int):
         self.uid = uid
-        self.spare_pid = 0
+        self.spare_pid, self.spare_workdir = 0, ""
         self.proc: subprocess.Popen | None = None
         self.start()
 
@@ -117,7 +117,7 @@ class RunnerPool:
             job = {"code": code, "spec": spec, "limits": asdict(self.limits), "uid": runner.uid,
                    "isolation": self.isolation}
             verdict = runner.run(job, time.monotonic() + job_deadline(spec, self.limits))
-            runner.spare_pid = verdict.spare_pid
+            runner.spare_pid, runner.spare_workdir = verdict.spare_pid, verdict.spare_workdir
             return verdict
         finally:
             self._idle.put(runner)
@@ -125,6 +125,10 @@ class RunnerPool:
     def spare_pids(self) -> set[int]:
         """The runners' idle, pre-started sandboxes (bwrap pids): waiting for a program, not left over from one."""
         return {r.spare_pid for r in self.runners if getattr(r, "spare_pid", 0)}
+
+    def spare_workdirs(self) -> set[str]:
+        """Their work dirs on the host (reduced isolation without namespaces; none otherwise)."""
+        return {r.spare_workdir for r in self.runners if getattr(r, "spare_workdir", "")}
 
     def map(self, jobs: list[tuple[str, dict]]) -> list[Verdict]:
         return list(self._executor.map(lambda job: self.run(*job), jobs))
@@ -155,8 +159,11 @@ _LOCK = threading.Lock()
 
 def get_pool(workers: int | None = None, limits: SandboxLimits = SandboxLimits(),
              isolation: str = "full") -> RunnerPool:
-    """The process-wide pool for (workers, limits, isolation), created on first use and closed at exit."""
-    key = (workers, limits, isolation)
+    """The process-wide pool for (workers, limits, isolation) and the layers this process finds (a pool's runners
+    keep what they found when they started), created on first use and closed at exit."""
+    from .sandbox import isolation as layers
+
+    key = (workers, limits, isolation, layers())
     with _LOCK:
         pool = _POOLS.get(key)
     if pool is None or pool._closed:

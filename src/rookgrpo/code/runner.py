@@ -54,6 +54,7 @@ class Verdict:
     timed_out: bool = False
     note: str = ""
     spare_pid: int = 0  # the runner's idle, pre-started sandbox (bwrap's pid): not a survivor of this job
+    spare_workdir: str = ""  # and its work dir on the host (reduced isolation without namespaces), not a leftover
 
 
 class TimedOut(BaseException):
@@ -358,6 +359,7 @@ def main() -> int:
             spare = (limits, uid, mode, Sandbox(limits, uid, mode))
             spare[3].start_calls()
             verdict.spare_pid = spare[3].proc.pid
+            verdict.spare_workdir = spare[3].workdir or ""
         except (OSError, subprocess.SubprocessError, ConfigError):  # e.g. no bubblewrap in full mode: refused
             spare = None
         reap_orphans()  # what the teardown's kill left has usually exited by now

@@ -119,6 +119,7 @@ class Isolation:
     lost: tuple[str, ...] = field(default=())
     missing: str | None = None  # without bubblewrap: what is missing here and the one-line fix
     namespaces: bool = False  # without bubblewrap: mount/network/IPC/UTS namespaces made as root (reduced mode)
+    landlock: int = 0  # without bubblewrap or namespaces: the Landlock ABI the sandbox restricts itself with (0: none)
 
 
 def check_mode(mode: str, field_name: str = "isolation") -> str:
@@ -170,7 +171,7 @@ def isolation() -> Isolation:
     root = os.geteuid() == 0
     python = _sandbox_python()
     bwrap = shutil.which("bwrap")
-    lost, missing, namespaces = [], None, False
+    lost, missing, namespaces, landlock = [], None, False, 0
     if bwrap:
         probe = Sandbox(SandboxLimits(timeout=10), _iso=Isolation(bwrap, python, None, root))
         said = b""
@@ -187,16 +188,23 @@ def isolation() -> Isolation:
             reason = said.decode(errors="replace").strip().splitlines()
             missing = (f"{bwrap} cannot create a user namespace here"
                        f"{' (bwrap: ' + reason[-1][:200] + ')' if reason else ''}; {FIX_NO_USERNS}")
-            lost.append(f"bubblewrap is installed but cannot create namespaces here (user namespaces disabled?)")
+            lost.append("bubblewrap is installed but cannot create namespaces here (user namespaces disabled?)")
             bwrap = None
     else:
         missing = f"bubblewrap (`bwrap`) is not on PATH; {FIX_NO_BWRAP}"
         lost.append("no bubblewrap (apt-get install bubblewrap)")
     if not bwrap:
-        namespaces = root and _namespaces_work(python)
+        # ROOKGRPO_REDUCED_NAMESPACES=0: without them, as where root lacks CAP_SYS_ADMIN (to measure that mode)
+        namespaces = root and os.environ.get("ROOKGRPO_REDUCED_NAMESPACES") != "0" and _namespaces_work(python)
+        landlock = 0 if namespaces else landlock_abi()
         if namespaces:
             lost.append("without it (reduced mode, as root): mount, network, IPC and UTS namespaces and the filesystem "
                         "view are made by rookgrpo itself; no PID namespace (escapes are killed by uid) and no /proc")
+        elif landlock:
+            lost.append(f"without it: no namespaces; Landlock (ABI {landlock}) limits the program to reading the "
+                        "interpreter and writing its work dir" + (", and forbids TCP" if landlock >= 4 else "") +
+                        "; it can still see which paths exist, use UDP and create user namespaces; setsid/fork "
+                        "escapes are killed by uid only")
         else:
             lost.append("without it: no network, PID, IPC or mount isolation; the program sees the host's files "
                         "(read-only where permissions say so) and its /tmp; setsid/fork escapes are killed by uid "
@@ -209,7 +217,7 @@ def isolation() -> Isolation:
     if not root:
         lost.append("not root: no uid drop (the program runs as the trainer's user); RLIMIT_NPROC counts all of "
                     "that user's processes")
-    iso = Isolation(bwrap, python, cgroup, root, tuple(lost), missing, namespaces)
+    iso = Isolation(bwrap, python, cgroup, root, tuple(lost), missing, namespaces, landlock)
     if lost:
         logger.warning("code sandbox: %s isolation here: %s", "full" if bwrap else "reduced", "; ".join(lost))
     return iso
@@ -518,11 +526,78 @@ def _enter_namespaces(python: str, root: str, limits: SandboxLimits, uid: int | 
     os.chdir("/work")
 
 
+# Landlock (Linux 5.13+, unprivileged): the calling process and its children may touch only the paths given rights.
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_READ = 1 | 4 | 8  # EXECUTE, READ_FILE, READ_DIR
+LANDLOCK_DEVICE = 2 | 4  # WRITE_FILE, READ_FILE
+LANDLOCK_FS_BY_ABI = {1: 0x1FFF, 2: 0x3FFF, 3: 0x7FFF, 4: 0x7FFF, 5: 0xFFFF}  # every filesystem right the ABI knows
+LANDLOCK_NET_TCP = 1 | 2  # BIND_TCP, CONNECT_TCP (ABI 4+)
+LANDLOCK_SCOPED = 1 | 2  # ABSTRACT_UNIX_SOCKET, SIGNAL (ABI 6+)
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+@functools.lru_cache(maxsize=1)
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version (0: none, or blocked, e.g. by a container's seccomp profile)."""
+    if os.environ.get("ROOKGRPO_REDUCED_LANDLOCK") == "0":  # to measure the mode without it
+        return 0
+    abi = _libc().syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return max(int(abi), 0)
+
+
+def _enter_landlock(abi: int, python: str, workdir: str) -> None:
+    """Reduced mode without namespaces, in the child before exec (after ``no_new_privs``): the program may read and
+    execute only the interpreter, its stdlib and shared libraries, read and write only its work dir and five devices,
+    and (ABI 4+) neither bind nor connect TCP sockets; (ABI 6+) it may not signal, or reach abstract Unix sockets of,
+    processes outside its own Landlock domain. What Landlock does not cover: ``stat`` of any path (existence is
+    visible), UDP, and Unix sockets reached by path where it may not list the directory but knows the name."""
+    libc = _libc()
+    fs = LANDLOCK_FS_BY_ABI.get(abi, LANDLOCK_FS_BY_ABI[5])
+    attr = _RulesetAttr(fs, LANDLOCK_NET_TCP if abi >= 4 else 0, LANDLOCK_SCOPED if abi >= 6 else 0)
+    size = 8 if abi < 4 else 16 if abi < 6 else 24
+    ruleset = libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    try:
+        rules = [(path, LANDLOCK_READ) for path in _view_paths(python)] + [(workdir, fs)]
+        rules += [(f"/dev/{name}", LANDLOCK_DEVICE) for name in VIEW_DEVICES]
+        prefix = sys.base_prefix if not python.startswith("/usr/") else None  # an interpreter outside /usr
+        if prefix:
+            rules.append((prefix, LANDLOCK_READ))
+        for path, access in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                if not os.path.isdir(path):
+                    access &= 1 | 2 | 4 | (1 << 14) | (1 << 15)  # rights a file can have
+                rule = _PathBeneathAttr(access & fs, fd)
+                if libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+            finally:
+                os.close(fd)
+        if libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
 def _child_setup(limits: SandboxLimits, uid: int | None, cgroup_procs: list[str],
-                 view: tuple[str, str] | None = None) -> None:
+                 view: tuple[str, str] | None = None, landlock: tuple[int, str, str] | None = None) -> None:
     """Without bubblewrap, in the child before exec: own session, into the run's cgroup, (as root, reduced mode) the
     namespaces and filesystem view of :func:`_enter_namespaces` (``view``: interpreter, root), rlimits,
-    no_new_privs, then the uid drop and the parent-death signal (a uid change clears it)."""
+    no_new_privs, (without namespaces, where the kernel has it) Landlock (``landlock``: ABI, interpreter, work dir),
+    then the uid drop and the parent-death signal (a uid change clears it)."""
     os.setsid()
     pid = str(os.getpid())
     for path in cgroup_procs:
@@ -534,6 +609,8 @@ def _child_setup(limits: SandboxLimits, uid: int | None, cgroup_procs: list[str]
         resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
     libc = _libc()
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if landlock is not None:
+        _enter_landlock(*landlock)
     if uid is not None:
         os.setgroups([])
         os.setgid(uid)
@@ -601,7 +678,9 @@ class Sandbox:
             procs = self.cgroup.procs_files if self.cgroup else []
             _libc()  # loaded here, so the child (between fork and exec) does not dlopen
             view = (self.iso.python, NAMESPACE_ROOT) if self.iso.namespaces else None
-            spawn = {"preexec_fn": functools.partial(_child_setup, self.limits, self.uid, procs, view)}
+            landlock = (self.iso.landlock, self.iso.python, self.workdir) \
+                if self.iso.landlock and not self.iso.bwrap and not self.iso.namespaces else None
+            spawn = {"preexec_fn": functools.partial(_child_setup, self.limits, self.uid, procs, view, landlock)}
         try:
             with self.cgroup.holding_spawn() if self.cgroup and direct else contextlib.nullcontext():
                 self.proc = subprocess.Popen(
@@ -741,7 +820,7 @@ class Sandbox:
             if not self.iso.namespaces:  # no mount or IPC namespace: what it left in shared places, by uid too
                 remove_uid_leftovers(self.uid)
         if self.workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)  # symlinks are removed, not followed
+            remove_tree(self.workdir)
 
 
 def processes_of_uids(uids: set[int], zombies: bool = False) -> list[tuple[int, str]]:
@@ -762,6 +841,19 @@ def processes_of_uids(uids: set[int], zombies: bool = False) -> list[tuple[int, 
             name = fields.get("Name", "").strip()
             found.append((int(entry), f"{name} (zombie of {fields.get('PPid', '?').strip()})" if zombie else name))
     return found
+
+
+def remove_tree(path: str) -> None:
+    """``rm -rf --one-file-system``: symlinks removed, not followed; no other mount entered; any depth (a program may
+    nest directories 1,500 deep, past ``shutil.rmtree``'s recursion). By absolute path: PATH may lack ``rm``."""
+    rm = next((p for p in ("/usr/bin/rm", "/bin/rm") if os.access(p, os.X_OK)), None)
+    if rm is not None:
+        subprocess.run([rm, "-rf", "--one-file-system", path], capture_output=True)
+    else:
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        except RecursionError:
+            pass
 
 
 SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
@@ -785,7 +877,7 @@ def remove_uid_leftovers(uid: int) -> int:
                 if entry.stat(follow_symlinks=False).st_uid != uid:
                     continue
                 if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    remove_tree(entry.path)
                 else:
                     os.unlink(entry.path)
                 removed += 1
