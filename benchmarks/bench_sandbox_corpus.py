@@ -1,4 +1,4 @@
-"""The hostile corpus in both isolation modes: what each mode lets a program get away with, counted.
+"""The hostile corpus per isolation mode: what each mode lets a program get away with, counted.
 
 Every program of ``tests/hostile/corpus.py`` (75 hostile, 2 plausible) goes through ``code_exec`` once per mode, with
 the same checks as ``tests/test_sandbox.py`` (``tests/hostile/harness.py``): rewarded (a score above 0), survivors
@@ -66,7 +66,7 @@ def main(argv=None):
     listener.close()
     table = "\n".join([f"| mode | programs | {' | '.join(COUNTS)} |", "|" + " --- |" * (len(COUNTS) + 2), *rows])
     result = {
-        "title": "The hostile corpus in both isolation modes",
+        "title": "The hostile corpus per isolation mode",
         "description": "Each program of tests/hostile/corpus.py once through code_exec per mode, judged as "
                        "tests/test_sandbox.py judges it (tests/hostile/harness.py); reduced: bubblewrap hidden "
                        "from the process (empty PATH), reduced isolation accepted; reduced-no-namespaces: also "

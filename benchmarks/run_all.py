@@ -30,8 +30,12 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("env_conventions", "bench_env_conventions", []),
     ("code_exec", "bench_code_exec", []),
     ("code_degenerate", "bench_code_degenerate", []),
+    ("sandbox_corpus", "bench_sandbox_corpus", []),
     # The partial-credit change's cost on code_exec's throughput, against the commit before it.
     ("code_exec_change", "bench_code_exec", ["--against", "ca2f1d1", "--repeats", "9"]),
+    # Failing closed (no sandbox without bubblewrap unless reduced isolation is accepted): its cost, against the commit
+    # before it.
+    ("code_exec_fail_closed", "bench_code_exec", ["--against", "ba210ac", "--repeats", "9"]),
     ("step_time", "bench_step_time", []),
     ("precision", "bench_precision", []),
     ("position_gap", "bench_position_gap", []),
@@ -78,7 +82,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
 # an appendix, so that each benchmark reads as one current table.
 APPENDIX = {"selection_env_exact_passrate", "selection_more_seeds", "selection_long", "selection_long_resampling",
             "selection_long_more_seeds", "selection_target", "selection_target_more_seeds",
-            "selection_env_exact_target", "code_exec_change", "doctor_cost_recipe", "tiny_grpo_quality"}
+            "selection_env_exact_target", "code_exec_change", "code_exec_fail_closed", "doctor_cost_recipe",
+            "tiny_grpo_quality"}
 
 
 def _load(name: str):
