@@ -268,3 +268,36 @@ def test_sampled_evaluation_is_seeded_and_differs_from_greedy(tmp_path, generate
     assert "sampled at T=1.0, seed 3" in format_table(sampled) and "greedy" in format_table(greedy)
     with pytest.raises(ConfigError, match="temperature"):
         evaluate("rookgrpo/tiny-random", str(data), settings=engine_settings, progress=False, temperature=-1)
+
+
+def test_evaluate_runs_on_the_gpu_when_there_is_one(tmp_path, generated_lines, engine_settings, monkeypatch):
+    """`rookgrpo evaluate` puts the model on the device pick_device chooses (auto: the GPU when torch sees one), for
+    the completions and the reference NLL alike, and says which in its JSON; a device that is not there is a
+    ConfigError naming --device."""
+    import torch
+
+    import rookgrpo.evaluate as ev
+    from rookgrpo import ConfigError
+
+    assert ev.pick_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert ev.pick_device(None) == torch.device("cuda") and ev.pick_device("cuda:1") == torch.device("cuda", 1)
+    monkeypatch.undo()
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="--device: cuda asked for"):
+            ev.pick_device("cuda")
+    with pytest.raises(ConfigError, match="--device: 'gpu0' is not a device"):
+        ev.pick_device("gpu0")
+    # Where the model goes: every load is moved to the picked device (a recording stand-in for a GPU here).
+    moved = []
+    real_to = torch.nn.Module.to
+
+    def to(module, *args, **kwargs):
+        moved.append(str(args[0]) if args else str(kwargs.get("device")))
+        return real_to(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "to", to)
+    data = tmp_path / "lines.txt"
+    data.write_text("\n".join(generated_lines[:4]) + "\n")
+    metrics = ev.evaluate("rookgrpo/tiny-random", str(data), settings=engine_settings, progress=False, device="cpu")
+    assert metrics["device"] == "cpu" and moved.count("cpu") == 2  # the generating model and the scoring one

@@ -169,7 +169,7 @@ def test_peak_memory_is_booked_to_the_phase_that_used_it(tiny_model_dir, smoke_d
     trainer.train()
     rewards, generation = _history(trainer, "memory/rewards"), _history(trainer, "memory/generation")
     loss = _history(trainer, "memory/loss")
-    assert trainer._phases.memory_kind in ("peak_rss", "rss_at_edges", "cuda_max_allocated")
+    assert trainer._phases.memory_kind in ("peak_rss", "rss_at_edges", "cuda_peak_if_raised")
     assert max(_history(trainer, "memory/process_peak")) >= max(rewards)  # the lifetime peak survives the resets
     if trainer._phases.memory_kind == "peak_rss":  # Linux: the peak inside the phase is seen
         assert all(r - g > 200 for r, g in zip(rewards, generation)), (rewards, generation)
@@ -215,3 +215,39 @@ def test_phases_with_gradient_accumulation_and_evaluation_between_steps(tiny_mod
     evals = [h for h in trainer.state.log_history if "eval_loss" in h]
     assert evals and all("eval_timing/generation" in h for h in evals)
     assert "loss" not in trainer._phases.pending()  # nothing left open by the no-grad evaluation loss
+
+
+def test_the_phase_meter_leaves_cudas_peak_to_the_user(monkeypatch):
+    """On a GPU the meter reads torch.cuda's peak and never resets it, so the user's own
+    torch.cuda.max_memory_allocated stays right: a phase that raised the peak is exact, one that did not reports what
+    it held at its edges. exact_cuda_peaks (reset_cuda_peaks) resets per phase instead. A stand-in allocator here."""
+    import torch
+
+    from rookgrpo.dynamics.phases import MIB, PhaseMeter
+
+    state = {"allocated": 100 * MIB, "peak": 500 * MIB, "resets": 0}
+
+    def reset(device=None):
+        state["resets"] += 1
+        state["peak"] = state["allocated"]
+
+    def use(mib):  # a transient allocation of ``mib`` inside a phase
+        state["peak"] = max(state["peak"], state["allocated"] + mib * MIB)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: state["peak"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: state["allocated"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    meter = PhaseMeter("cuda")
+    with meter.measure("generation"):
+        use(100)  # 200 MiB: below the 500 the user's code had reached
+    with meter.measure("loss"):
+        use(700)  # 800 MiB: a new peak
+    taken = meter.take()
+    assert state["resets"] == 0 and torch.cuda.max_memory_allocated() == 800 * MIB  # the user's reading, intact
+    assert taken["generation"][1] == 100 and taken["loss"][1] == 800
+    assert meter.memory_kind == "cuda_peak_if_raised" and meter.process_peak_mib == 800
+    exact = PhaseMeter("cuda", reset_cuda_peaks=True)
+    with exact.measure("generation"):
+        use(100)
+    assert exact.take()["generation"][1] == 200 and state["resets"] == 1 and exact.memory_kind == "cuda_max_allocated"

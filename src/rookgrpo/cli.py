@@ -266,7 +266,7 @@ def _cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
 
     metrics = evaluate(args.model, args.data, n=args.n, batch_size=args.batch_size,
                        max_new_tokens=args.max_new_tokens, settings=_engine_settings(args),
-                       temperature=args.temperature, seed=args.seed)
+                       temperature=args.temperature, seed=args.seed, device=args.device)
     print(format_table(metrics))
     if args.baseline:
         from .evaluate import format_comparison
@@ -305,7 +305,7 @@ def _cmd_headroom(args: argparse.Namespace) -> int:
         temps = {"P": args.temperature, "A": args.temperature, **temps}
     result = headroom(args.model, args.data, samples=args.samples, temperatures=temps, n=args.n,
                       batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, settings=_engine_settings(args),
-                      seed=args.seed)
+                      seed=args.seed, device=args.device)
     print(format_headroom(result))
     if args.out:
         write_json(result, args.out)
@@ -389,6 +389,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0,
                    help="0 (default): greedy; > 0: sample at this temperature (no top-k/top-p), seeded by --seed")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (with --temperature or --samples)")
+    p.add_argument("--device", default="auto",
+                   help="where the model runs: auto (default: the GPU when there is one, else the CPU), cpu, cuda, "
+                        "cuda:N, mps")
     p.add_argument("--samples", type=int, default=0,
                    help="headroom: also sample K completions per prompt and print greedy pass@1 against sampled pass@1 "
                         "and pass@k per task (what GRPO can sharpen)")

@@ -25,9 +25,36 @@ from .errors import ConfigError
 from .rewards.chess import ChessBestMove, ChessEnv, ChessFormat, ChessMoveRank, env_failure
 
 
+def pick_device(device: str | None = None):
+    """The device evaluation runs on: ``device`` as given (``cpu``, ``cuda``, ``cuda:1``, ``mps``), or with ``None``
+    or ``"auto"`` the first GPU when there is one (CUDA, then Apple's MPS), else the CPU.
+
+    >>> pick_device("cpu")
+    device(type='cpu')
+    """
+    import torch
+
+    if device not in (None, "auto"):
+        try:
+            chosen = torch.device(device)
+        except RuntimeError as exc:
+            raise ConfigError(f"--device: {device!r} is not a device ({exc}); use auto, cpu, cuda or cuda:N.") from None
+        if chosen.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"--device: {device} asked for, but torch sees no CUDA device here; use --device cpu.")
+        return chosen
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
 def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 32,
-                         progress: bool = True, temperature: float = 0.0, seed: int = 0) -> list[str]:
-    """Completions for ``prompts`` (left-padded batches, stop at EOS): greedy, or sampled when ``temperature`` > 0.
+                         progress: bool = True, temperature: float = 0.0, seed: int = 0,
+                         device: str | None = None) -> list[str]:
+    """Completions for ``prompts`` (left-padded batches, stop at EOS): greedy, or sampled when ``temperature`` > 0,
+    on ``device`` (:func:`pick_device`: a GPU when there is one).
 
     Sampling measures the policy GRPO actually trains on; it is seeded, so a rerun draws the same completions.
     """
@@ -43,11 +70,11 @@ def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).to(pick_device(device))
     model.eval()
     if temperature > 0:
         sampling = {"do_sample": True, "temperature": temperature, "top_k": 0}
-        torch.manual_seed(seed)  # greedy decoding leaves the caller's global RNG alone
+        torch.manual_seed(seed)  # greedy decoding leaves the caller's global RNG alone (CUDA's too: seeded here)
     else:
         sampling = {"do_sample": False}
     bar = tqdm(total=len(prompts), desc="generating", disable=not progress, unit="prompt")
@@ -201,8 +228,9 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
 
 def evaluate(model: str, data: str, n: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
              settings: EngineSettings = EngineSettings(), progress: bool = True, temperature: float = 0.0,
-             seed: int = 0) -> dict[str, Any]:
-    """Complete the RookWorld prompts in ``data`` (greedy, or sampled at ``temperature``) and score the completions."""
+             seed: int = 0, device: str | None = None) -> dict[str, Any]:
+    """Complete the RookWorld prompts in ``data`` (greedy, or sampled at ``temperature``) and score the completions;
+    the model runs on ``device`` (:func:`pick_device`: a GPU when there is one)."""
     from transformers import AutoTokenizer
 
     from .assets import resolve_model
@@ -215,11 +243,12 @@ def evaluate(model: str, data: str, n: int | None = None, batch_size: int = 32, 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
         longest = max(len(tokenizer(c, add_special_tokens=False)["input_ids"]) for c in rows["completion"])
         max_new_tokens = int(longest * 1.25) + 4
-    completions = generate_completions(model, rows["prompt"], max_new_tokens, batch_size, progress, temperature, seed)
+    completions = generate_completions(model, rows["prompt"], max_new_tokens, batch_size, progress, temperature, seed,
+                                       device)
     metrics = score(rows["prompt"], completions, rows["task"], settings)
-    add_reference_nll(metrics, model, rows["prompt"], rows["completion"], rows["task"], batch_size)
+    add_reference_nll(metrics, model, rows["prompt"], rows["completion"], rows["task"], batch_size, device=device)
     metrics.update(model=model, data=str(data), max_new_tokens=max_new_tokens, engine_depth=settings.depth,
-                   engine_nodes=settings.nodes, temperature=temperature, seed=seed)
+                   engine_nodes=settings.nodes, temperature=temperature, seed=seed, device=str(pick_device(device)))
     metrics["samples"] = [
         {"prompt": p, "completion": c} for p, c in list(zip(rows["prompt"], completions))[:5]
     ]
@@ -234,7 +263,8 @@ HEADROOM_METRICS = {"P": ("best_move_accuracy", "top5_accuracy", "legal_move_rat
 
 def headroom(model: str, data: str, samples: int = 8, temperatures: dict[str, float] | None = None,
              n: int | None = None, batch_size: int = 32, max_new_tokens: int | None = None,
-             settings: EngineSettings = EngineSettings(), progress: bool = True, seed: int = 0) -> dict[str, Any]:
+             settings: EngineSettings = EngineSettings(), progress: bool = True, seed: int = 0,
+             device: str | None = None) -> dict[str, Any]:
     """What GRPO can sharpen: per task and metric, greedy pass@1 against pass@1 and pass@k of ``samples`` completions
     sampled at the task's temperature (``temperatures``, e.g. the recipe's ``task_generation_kwargs``; 1.0 where a
     task has none), on the prompts of ``data``.
@@ -252,7 +282,7 @@ def headroom(model: str, data: str, samples: int = 8, temperatures: dict[str, fl
     if n is not None:
         rows = rows.select(range(min(n, len(rows))))
     greedy = evaluate(model, data, n=n, batch_size=batch_size, max_new_tokens=max_new_tokens, settings=settings,
-                      progress=progress)
+                      progress=progress, device=device)
     temperatures = {"P": 1.0, "A": 1.0, **(temperatures or {})}
     out: dict[str, Any] = {"samples": samples, "temperatures": temperatures, "greedy": {}, "sampled": {}}
     for task, names in HEADROOM_METRICS.items():
@@ -262,7 +292,7 @@ def headroom(model: str, data: str, samples: int = 8, temperatures: dict[str, fl
         prompts = [rows["prompt"][i] for i in idx]
         # One seeded call for all draws: every copy of a prompt is sampled independently.
         flat = generate_completions(model, prompts * samples, greedy["max_new_tokens"], batch_size, progress,
-                                    temperatures[task], seed)
+                                    temperatures[task], seed, device)
         rows_passed = score(prompts * samples, flat, [task] * len(flat), settings)["per_row"]
         for name in names:
             passes = [[rows_passed[name][k * len(prompts) + j] for k in range(samples)] for j in range(len(prompts))]
@@ -300,9 +330,11 @@ def format_headroom(result: dict[str, Any]) -> str:
 
 
 def add_reference_nll(metrics: dict[str, Any], model: Any, prompts: Sequence[str], references: Sequence[str],
-                      tasks: Sequence[str], batch_size: int = 64, tokenizer: Any = None) -> None:
+                      tasks: Sequence[str], batch_size: int = 64, tokenizer: Any = None,
+                      device: str | None = None) -> None:
     """Add ``nll_P`` and ``nll_A`` (:func:`reference_nll` of the rows' reference completions, per task, with standard
-    errors and per-row values) to ``metrics``; ``model`` is a loaded model (with ``tokenizer``) or a path."""
+    errors and per-row values) to ``metrics``; ``model`` is a loaded model (with ``tokenizer``), or a path loaded
+    onto ``device`` (:func:`pick_device`)."""
     if tokenizer is None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -310,7 +342,7 @@ def add_reference_nll(metrics: dict[str, Any], model: Any, prompts: Sequence[str
 
         path = resolve_model(model)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path).eval()
+        model = AutoModelForCausalLM.from_pretrained(path).to(pick_device(device)).eval()
     for task in ("P", "A"):
         idx = [i for i, t in enumerate(tasks) if t == task]
         if not idx:

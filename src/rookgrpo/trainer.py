@@ -267,12 +267,15 @@ class RookGRPOTrainer(GRPOTrainer):
             callback.before_log(self, logs)
         return super().log(logs, *args, **kwargs)
 
-    def measure_phases(self):
-        """Switch phase measurement on (idempotent) and return the trainer's :class:`~rookgrpo.dynamics.phases.PhaseMeter`."""
+    def measure_phases(self, reset_cuda_peaks: bool = False):
+        """Switch phase measurement on (idempotent) and return the trainer's :class:`~rookgrpo.dynamics.phases.PhaseMeter`
+        (``reset_cuda_peaks``: exact CUDA peaks per phase, resetting ``torch.cuda``'s peak; any caller asking turns it
+        on)."""
         if self._phases is None:
             from .dynamics.phases import PhaseMeter
 
             self._phases = PhaseMeter(self.accelerator.device)
+        self._phases.reset_cuda_peaks = self._phases.reset_cuda_peaks or bool(reset_cuda_peaks)
         return self._phases
 
     def _get_train_sampler(self, dataset=None):

@@ -7,9 +7,12 @@ Logged (averaged over the logging window like TRL's own metrics):
   ``timing/loss`` (forward and backward of every micro-batch) and ``timing/optimizer`` (the optimizer step): seconds
   per optimizer step; ``timing/step``: seconds per optimizer step, everything included. The trainer measures the
   phases around TRL's own methods, so they add up to what the step really spent.
-- ``memory/<phase>`` for the same five phases: peak memory during the phase in MiB on the main process (CUDA max
-  allocated on a GPU, the process's peak resident set on CPU; :mod:`rookgrpo.dynamics.phases` says how). On CPU
-  ``memory/process_peak`` is the process's peak resident set since training began.
+- ``memory/<phase>`` for the same five phases: peak memory during the phase in MiB on the main process (CUDA
+  allocated memory on a GPU, the process's peak resident set on CPU; :mod:`rookgrpo.dynamics.phases` says how). On a
+  GPU the meter never resets ``torch.cuda``'s peak (your own ``torch.cuda.max_memory_allocated`` stays right), so a
+  phase that did not raise the run's peak reports what it held at its edges; ``exact_cuda_peaks: true`` resets the
+  peak per phase for exact numbers instead. ``memory/process_peak``: the run's peak (CUDA allocated, or the CPU
+  process's resident set) since training began.
 - ``timing/first_step`` (in the first log only): the first optimizer step, which carries the warm-up (allocator,
   kernels, a ``torch.compile`` compilation); after 5 more steps an info line says how many median steps it cost.
   ``compile/graphs``: graphs ``torch.compile`` compiled during the step (logged once it has compiled any).
@@ -212,6 +215,9 @@ class Diagnostics(RookCallback):
         identical_warn_frac: warn when at least this share of a batch's groups are identical completions.
         truncated_warn_frac: warn when at least this share of a batch's completions ran to
             ``max_completion_length``.
+        exact_cuda_peaks: on a GPU, reset ``torch.cuda``'s peak when each phase starts, so ``memory/<phase>`` is
+            each phase's exact peak; this resets the peak your own code reads from ``torch.cuda.max_memory_allocated``
+            (off by default: then a phase that did not raise the run's peak reports a lower bound).
 
     Example::
 
@@ -223,8 +229,10 @@ class Diagnostics(RookCallback):
 
     state_key = "diagnostics"
 
-    def __init__(self, warn_every: int = 50, identical_warn_frac: float = 0.5, truncated_warn_frac: float = 0.5):
+    def __init__(self, warn_every: int = 50, identical_warn_frac: float = 0.5, truncated_warn_frac: float = 0.5,
+                 exact_cuda_peaks: bool = False):
         self.warn_every = int(warn_every)
+        self.exact_cuda_peaks = bool(exact_cuda_peaks)
         self.identical_warn_frac = float(identical_warn_frac)
         self.truncated_warn_frac = float(truncated_warn_frac)
         self._first_truncated: tuple[int, float] | None = None  # (step, share) of the first training batch
@@ -238,7 +246,7 @@ class Diagnostics(RookCallback):
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
-        self.meter = trainer.measure_phases()
+        self.meter = trainer.measure_phases(reset_cuda_peaks=self.exact_cuda_peaks)
 
     # The trainer calls this after TRL scored a generation batch (and after resampling replaced groups).
     def on_scored_batch(self, trainer, scored) -> None:
@@ -351,8 +359,7 @@ class Diagnostics(RookCallback):
         for phase, (phase_seconds, peak) in self.meter.take(("loss", "optimizer")).items():
             metrics[f"timing/{phase}"].append(phase_seconds)
             metrics[f"memory/{phase}"].append(peak)
-        if not self.meter.cuda:
-            metrics["memory/process_peak"].append(self.meter.process_peak_mib)
+        metrics["memory/process_peak"].append(self.meter.process_peak_mib)
         graphs = dynamo_graphs()
         new_graphs = graphs - self._graphs_at_start
         if graphs:

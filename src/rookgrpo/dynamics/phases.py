@@ -3,8 +3,12 @@
 The trainer wraps TRL's own methods with :meth:`PhaseMeter.measure` (generation, rewards, log-prob passes outside the
 loss) and the loss; the ``diagnostics`` callback wraps the optimizer step and takes the numbers. Peak memory is:
 
-- on CUDA: ``torch.cuda.max_memory_allocated`` of the process's device, its peak reset when the phase starts (this
-  resets the peak a user reads from ``torch.cuda.max_memory_allocated`` too);
+- on CUDA: read from ``torch.cuda.max_memory_allocated`` of the process's device, never reset, so the peak your own
+  code reads there stays right: a phase that raised the peak reports it exactly; one that did not, the larger of the
+  allocations at its start and end (a lower bound: ``cuda_peak_if_raised``). ``reset_cuda_peaks=True`` (the
+  ``diagnostics`` callback's ``exact_cuda_peaks``) resets the peak when each phase starts instead, for exact peaks
+  per phase (``cuda_max_allocated``), at the cost of that reading. :attr:`PhaseMeter.process_peak_mib` is the run's
+  peak either way;
 - on CPU: the process's peak resident set size (``VmHWM``), reset when the phase starts by writing ``5`` to
   ``/proc/self/clear_refs`` (Linux). Where that file cannot be written (other systems, some sandboxes), the larger of
   the resident sizes at the phase's start and end (``rss_at_edges``), which can miss a peak inside the phase.
@@ -69,10 +73,11 @@ class PhaseMeter:
     reference run one after another inside generate-and-score, the loss after it, the optimizer step after that.
     """
 
-    def __init__(self, device: torch.device | str | None = None):
+    def __init__(self, device: torch.device | str | None = None, reset_cuda_peaks: bool = False):
         device = torch.device(device) if device is not None else torch.device("cpu")
         self.cuda = device.type == "cuda" and torch.cuda.is_available()
         self.device = device
+        self.reset_cuda_peaks = bool(reset_cuda_peaks)
         self.cpu_method = None if self.cuda else ("peak_rss" if _reset_peak_rss() else "rss_at_edges")
         self._seconds: dict[str, float] = defaultdict(float)
         self._peak: dict[str, float] = {}
@@ -81,19 +86,26 @@ class PhaseMeter:
         self._note_process_peak()
 
     def _note_process_peak(self) -> None:
-        if not self.cuda:
+        if self.cuda:
+            if not self.reset_cuda_peaks:  # CUDA's own peak is the run's (nothing here resets it)
+                self.process_peak_mib = max(self.process_peak_mib, torch.cuda.max_memory_allocated(self.device) / MIB)
+        else:
             kib = _status_kib("VmHWM") if self.cpu_method == "peak_rss" else _rss_bytes() // 1024
             self.process_peak_mib = max(self.process_peak_mib, (kib or 0) / 1024)
 
     @property
     def memory_kind(self) -> str:
-        """What the peaks are: ``cuda_max_allocated``, ``peak_rss`` or ``rss_at_edges``."""
-        return "cuda_max_allocated" if self.cuda else self.cpu_method
+        """What the peaks are: ``cuda_peak_if_raised``, ``cuda_max_allocated``, ``peak_rss`` or ``rss_at_edges``."""
+        if self.cuda:
+            return "cuda_max_allocated" if self.reset_cuda_peaks else "cuda_peak_if_raised"
+        return self.cpu_method
 
     def start(self, phase: str) -> None:
-        if self.cuda:
+        if self.cuda and self.reset_cuda_peaks:
             torch.cuda.reset_peak_memory_stats(self.device)
             start_bytes = 0
+        elif self.cuda:  # (peak before, allocated now): the phase raised the peak if it is higher at the end
+            start_bytes = (torch.cuda.max_memory_allocated(self.device), torch.cuda.memory_allocated(self.device))
         elif self.cpu_method == "peak_rss":
             self._note_process_peak()  # what the reset is about to forget
             _reset_peak_rss()
@@ -107,8 +119,15 @@ class PhaseMeter:
             return
         started, start_bytes = self._open.pop(phase)
         self._seconds[phase] += time.perf_counter() - started
-        if self.cuda:
+        if self.cuda and self.reset_cuda_peaks:
             peak = torch.cuda.max_memory_allocated(self.device)
+            self.process_peak_mib = max(self.process_peak_mib, peak / MIB)
+        elif self.cuda:
+            before, allocated = start_bytes
+            peak = torch.cuda.max_memory_allocated(self.device)
+            if peak <= before:  # the run's peak was set elsewhere: what the phase held at its edges
+                peak = max(allocated, torch.cuda.memory_allocated(self.device))
+            self._note_process_peak()
         elif self.cpu_method == "peak_rss":
             peak = (_status_kib("VmHWM") or 0) * 1024
         else:
