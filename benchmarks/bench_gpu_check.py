@@ -1,0 +1,326 @@
+"""GPU check: does ``recipes/rookworld.yaml`` train at RookWorld-LM-124M's shape, and what does each component cost?
+
+One command for anyone with a GPU (``--tiny``: a 2-layer model, 16-token completions, for a CPU dry run and the test):
+
+    python benchmarks/bench_gpu_check.py [--steps 20] [--bisect-steps 4] [--arms ...] [--tiny] [--work DIR] [--out FILE]
+
+It builds GPT-2 124M with random weights and a GPT-2-pretokenized BPE (``rookgrpo.models.shapes``), writes the packaged
+RookWorld lines in the hub layout, and runs each arm in a process of its own (a crash or NaN in one leaves the others;
+each arm's CUDA peak is its own), a few optimizer steps each:
+
+- ``vanilla``: TRL's ``GRPOTrainer`` with the recipe's TRL fields, rewards and data;
+- ``recipe``: ``recipes/rookworld.yaml`` as shipped (``zero_std_resampling`` left out, as in
+  ``bench_shapes.py``: random weights make every group flat, so it would always run its maximum rounds);
+- ``recipe+heldout``: the recipe with ``sft_anchor`` (A: lines disjoint from the panel), ``chess_eval`` every 4 steps
+  and ``heldout_guard``: the configuration whose first GPU run (H200, bf16) had a NaN ``grad_norm`` at step 1;
+- the bisection: ``bare`` (``RookGRPOTrainer`` with the recipe's fields, no callback, one temperature) and ``bare`` plus
+  one component each (``+task_sampling``, ``+diagnostics``, ``+doctor``, ``+prompt_selection``, ``+adaptive_beta``,
+  ``+sft_anchor``, ``+heldout``), ``bare-positions``, and ``recipe+heldout`` with eager attention (``/eager``: SDPA's
+  kernels out of the picture) and in float32 (``/fp32``: bf16 autocast out of it).
+
+Per arm: every step's loss, ``grad_norm`` (and the doctor's ``grad/kl_norm``, ``grad/policy_norm`` where logged)
+checked finite, the first step that is not, whether the weights are finite after the run; median step time; seconds
+and peak memory per phase (generation with its rewards and reference pass, the loss's forward and backward, the
+optimizer step), metered the same way for every arm around TRL's own methods (CUDA: peaks reset per phase; CPU: peak
+resident set); the device, dtype and attention kernel. Results go to ``DIR/results.jsonl`` after every arm, and the
+table to ``DIR/table.md`` (``--work DIR``); ``--out FILE`` writes the result JSON as every benchmark does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import finish  # benchmarks/common.py
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = REPO / "recipes" / "rookworld.yaml"
+ASSETS = REPO / "src" / "rookgrpo" / "assets" / "tiny-rookworld"
+PANEL = 48  # held-out panel rows (the first of the packaged evaluation positions)
+
+MAIN_ARMS = ("vanilla", "recipe", "recipe+heldout")
+BISECT_ARMS = ("bare", "bare-positions", "+task_sampling", "+diagnostics", "+doctor", "+prompt_selection",
+               "+adaptive_beta", "+sft_anchor", "+heldout", "recipe+heldout/eager", "recipe+heldout/fp32")
+ARMS = MAIN_ARMS + BISECT_ARMS
+
+
+def _name(entry) -> str:
+    return entry if isinstance(entry, str) else entry.get("name", next(iter(entry)))
+
+
+def heldout_callbacks(data: Path) -> list[dict]:
+    """The anchor, the held-out evaluation and the guard, as the first GPU run added them."""
+    return [{"name": "sft_anchor", "data": str(data / "anchor.txt"), "tasks": ["A"], "batch_size": 8, "coef": 0.1},
+            {"name": "chess_eval", "data": str(data / "panel.txt"), "every": 4},
+            {"name": "heldout_guard", "metric": {"heldout/move_rank_reward": 1.0}}]
+
+
+def arm_recipe(arm: str, data: Path) -> tuple[dict, list[str]]:
+    """The recipe an arm runs (the shipped one, changed as the arm says) and its extra command-line overrides."""
+    import yaml
+
+    recipe = yaml.safe_load(RECIPE.read_text())
+    shipped = [c for c in recipe["callbacks"] if _name(c) != "zero_std_resampling"]
+    base, _, variant = arm.partition("/")
+    extra = {"eager": ["--attn_implementation", "eager"], "fp32": ["--bf16", "false"], "": []}[variant]
+    if base in ("vanilla", "recipe"):
+        recipe["callbacks"] = shipped
+    elif base == "recipe+heldout":
+        recipe["callbacks"] = shipped + heldout_callbacks(data)
+    else:  # bare, or bare plus one component
+        recipe["callbacks"] = []
+        task_kwargs = recipe.pop("task_generation_kwargs")
+        if base == "bare-positions":
+            extra += ["--position_ids_from_mask", "false"]
+        elif base == "+task_sampling":
+            recipe["task_generation_kwargs"] = task_kwargs
+        elif base == "+heldout":
+            recipe["callbacks"] = heldout_callbacks(data)[1:]
+        elif base == "+sft_anchor":
+            recipe["callbacks"] = heldout_callbacks(data)[:1]
+        elif base.startswith("+"):
+            recipe["callbacks"] = [c for c in shipped if _name(c) == base[1:]]
+            if not recipe["callbacks"]:
+                raise SystemExit(f"{arm}: the recipe has no callback {base[1:]!r}")
+        elif base != "bare":
+            raise SystemExit(f"unknown arm {arm!r}; arms: {', '.join(ARMS)}")
+    return recipe, extra
+
+
+def prepare(work: Path, tiny: bool) -> dict:
+    """The model, the hub-layout data, the panel and the anchor's lines (disjoint from the panel), once."""
+    from rookgrpo.models.shapes import build_rookworld_lm_shape, write_hub_layout
+
+    data = work / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    train = (ASSETS / "train_positions.txt").read_text().splitlines()
+    panel = (ASSETS / "eval_positions.txt").read_text().splitlines()[:PANEL]
+    panel_prompts = {line.split(" M:")[0] if line.startswith("P:") else line.rsplit("+", 4)[0] for line in panel}
+    anchor = [line for line in (ASSETS / "sft_sample.txt").read_text().splitlines()
+              if line.startswith("A:") and line.rsplit("+", 4)[0] not in panel_prompts]
+    (data / "panel.txt").write_text("\n".join(panel) + "\n")
+    (data / "anchor.txt").write_text("\n".join(anchor) + "\n")
+    hub = write_hub_layout(train, data / "hub")
+    sizes = dict(n_layer=2, n_head=2, n_embd=64) if tiny else {}
+    model = build_rookworld_lm_shape(work / "model", train + panel + anchor, **sizes)
+    return {"data": str(data), "hub": str(hub), "model": str(model)}
+
+
+class Meter:
+    """Seconds and peak memory per phase around TRL's own methods, the same for every arm (TRL 1.10-1.16:
+    ``_generate_and_score_completions`` and ``compute_loss``; the optimizer step through a callback)."""
+
+    PHASES = ("generate", "loss", "optimizer")
+
+    def __init__(self, trainer):
+        from transformers import TrainerCallback
+
+        from rookgrpo.dynamics.phases import PhaseMeter
+
+        self.phases = PhaseMeter(trainer.accelerator.device, reset_cuda_peaks=True)
+        self.rows: list[dict] = []
+        meter = self.phases
+        for method, phase in (("_generate_and_score_completions", "generate"), ("compute_loss", "loss")):
+            inner = getattr(trainer, method)
+
+            def wrapped(*args, _inner=inner, _phase=phase, **kwargs):
+                with meter.measure(_phase):
+                    return _inner(*args, **kwargs)
+
+            setattr(trainer, method, wrapped)
+        outer = self
+
+        class OptimizerPhase(TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, **kwargs):
+                meter.start("optimizer")
+
+            def on_optimizer_step(self, args, state, control, **kwargs):
+                meter.stop("optimizer")
+
+            def on_step_end(self, args, state, control, **kwargs):
+                outer.rows.append(meter.take())
+
+        trainer.add_callback(OptimizerPhase())
+
+    def summary(self) -> dict:
+        rows = self.rows[1:] or self.rows  # the first step carries the warm-up
+        out = {}
+        for phase in self.PHASES:
+            seen = [r[phase] for r in rows if phase in r]
+            out[phase] = {"seconds": statistics.median(s for s, _ in seen) if seen else None,
+                          "peak_mib": max(m for _, m in seen) if seen else None}
+        return out
+
+
+def _finite(value) -> bool:
+    return value is None or (isinstance(value, (int, float)) and math.isfinite(value))
+
+
+def run_arm(arm: str, paths: dict, steps: int, tiny: bool, overrides: list[str] = ()) -> dict:
+    """One arm in this process (see the module docstring); returns its result row."""
+    import torch
+    import yaml
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rookgrpo.train import build_trainer
+
+    recipe, extra = arm_recipe(arm, Path(paths["data"]))
+    work = Path(paths["data"]).parent
+    path = work / f"recipe-{arm.replace('/', '_').replace('+', 'plus_')}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    cuda = torch.cuda.is_available()
+    argv = [str(path), "--model_name_or_path", paths["model"], "--dataset_name", paths["hub"], "--output_dir",
+            str(work / f"out-{path.stem}"), "--max_steps", str(steps), "--logging_steps", "1", "--save_strategy", "no",
+            "--disable_tqdm", "true", "--warmup_steps", "0", "--report_to", "none",
+            "--stockfish_workers", str(min(8, os.cpu_count() or 1))]
+    if not cuda:
+        argv += ["--use_cpu", "true"]
+    if tiny:
+        argv += ["--per_device_train_batch_size", "8", "--max_completion_length", "16", "--bf16", "false"]
+    argv += overrides
+    trainer, _, model_path = build_trainer(argv + extra)
+    if arm == "vanilla":
+        fields = {k: getattr(trainer.args, k) for k, f in GRPOConfig.__dataclass_fields__.items()
+                  if f.init and hasattr(trainer.args, k)}
+        fields.pop("generation_batch_size", None)  # derived from steps_per_generation; TRL rejects both
+        funcs, data = list(trainer.reward_funcs), trainer.train_dataset  # the same rewards (Stockfish settings), rows
+        del trainer  # model_init_kwargs (dtype, attention) came along in the fields
+        trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=GRPOConfig(**fields), train_dataset=data)
+    meter = Meter(trainer)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    started = time.perf_counter()
+    error = None
+    try:
+        trainer.train()
+    except Exception as exc:  # noqa: BLE001 (a halt or crash is this arm's result, not the benchmark's end)
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+    seconds = time.perf_counter() - started
+    logs = [h for h in trainer.state.log_history if "loss" in h or "grad_norm" in h]
+    keys = ("loss", "grad_norm", "grad/kl_norm", "grad/policy_norm")
+    bad = [h.get("step") for h in logs if not all(_finite(h.get(k)) for k in keys)]
+    model = trainer.model
+    weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    config = getattr(model, "config", None)
+    step_times = [h["step_time"] for h in logs if "step_time" in h][1:]
+    return {
+        "arm": arm, "steps": len(logs), "error": error, "seconds": seconds,
+        "finite_steps": sum(all(_finite(h.get(k)) for k in keys) for h in logs), "first_nonfinite_step": bad[0] if bad else None,
+        "weights_finite": weights_finite,
+        "loss": [h.get("loss") for h in logs], "grad_norm": [h.get("grad_norm") for h in logs],
+        "kl_norm": [h.get("grad/kl_norm") for h in logs if "grad/kl_norm" in h],
+        "step_s": statistics.median(step_times) if step_times else None,
+        "phases": meter.summary(),
+        "run_peak_mib": torch.cuda.max_memory_allocated() / 2 ** 20 if cuda else meter.phases.process_peak_mib,
+        "device": str(next(model.parameters()).device), "bf16": bool(trainer.args.bf16),
+        "attention": getattr(config, "_attn_implementation", None),
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "versions": {m: __import__(m).__version__ for m in ("torch", "transformers", "trl")},
+    }
+
+
+def _cell(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| arm | finite steps | first non-finite | weights finite | grad_norm (step 1) | attention, bf16 | "
+             "median step (s) | generate / loss / optimizer (s) | peak generate / loss / optimizer (MiB) | "
+             "run peak (MiB) | error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        p = r["phases"]
+        first = r["grad_norm"][0] if r["grad_norm"] else None
+        lines.append(
+            f"| {r['arm']} | {r['finite_steps']}/{r['steps']} | {_cell(r['first_nonfinite_step'], '')} | "
+            f"{'yes' if r['weights_finite'] else '**no**'} | {_cell(first, '.3g')} | "
+            f"{r.get('attention') or '-'}, {'yes' if r.get('bf16') else 'no'} | {_cell(r['step_s'], '.2f')} | "
+            + " / ".join(_cell(p[k]["seconds"], ".2f") for k in Meter.PHASES) + " | "
+            + " / ".join(_cell(p[k]["peak_mib"], ".0f") for k in Meter.PHASES)
+            + f" | {_cell(r['run_peak_mib'], '.0f')} | {r['error'] or ''} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, metavar="ARM",
+                    help=f"default: all ({', '.join(ARMS)})")
+    ap.add_argument("--steps", type=int, default=20, help="optimizer steps of the main arms (vanilla, recipe, ...)")
+    ap.add_argument("--bisect-steps", type=int, default=4, help="optimizer steps of each bisection arm")
+    ap.add_argument("--tiny", action="store_true", help="a 2-layer model and 16-token completions (CPU dry run)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per arm before it is stopped")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="per-device completions per step (default: the recipe's 32; e.g. 8 at the full shape on CPU)")
+    ap.add_argument("--work", default=None, help="where the model, data, runs, results.jsonl (a line per arm, written "
+                                                 "as each ends) and table.md go (default: a temporary dir)")
+    ap.add_argument("--out", default=None, help="the result JSON (title, table, command, rows), as every benchmark")
+    ap.add_argument("--run-arm", default=None, help=argparse.SUPPRESS)  # the child process of one arm
+    ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    work = Path(args.work or tempfile.mkdtemp(prefix="rookgrpo-gpu-check-"))
+    if args.run_arm:
+        paths = json.loads((work / "paths.json").read_text())
+        steps = args.steps if args.run_arm in MAIN_ARMS else args.bisect_steps
+        overrides = ["--per_device_train_batch_size", str(args.batch)] if args.batch else []
+        row = run_arm(args.run_arm, paths, steps, args.tiny, overrides)
+        Path(args.result).write_text(json.dumps(row))
+        return row
+    out = work
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"work dir: {work}", flush=True)
+    if not (work / "paths.json").exists():
+        (work / "paths.json").write_text(json.dumps(prepare(work, args.tiny)))
+    rows = []
+    for arm in args.arms:
+        result = work / f"result-{len(rows)}.json"
+        cmd = [sys.executable, __file__, "--run-arm", arm, "--work", str(work), "--result", str(result),
+               "--steps", str(args.steps), "--bisect-steps", str(args.bisect_steps), *(["--tiny"] if args.tiny else []),
+               *(["--batch", str(args.batch)] if args.batch else [])]
+        print(f"== {arm}", flush=True)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            tail = (proc.stdout + proc.stderr)[-2000:]
+        except subprocess.TimeoutExpired:
+            proc, tail = None, f"stopped after {args.timeout:.0f} s"
+        if result.exists():
+            row = json.loads(result.read_text())
+        else:
+            row = {"arm": arm, "steps": 0, "finite_steps": 0, "first_nonfinite_step": None, "weights_finite": False,
+                   "grad_norm": [], "step_s": None, "run_peak_mib": None, "error": f"the arm's process failed: {tail}",
+                   "phases": {k: {"seconds": None, "peak_mib": None} for k in Meter.PHASES}}
+        rows.append(row)
+        with open(out / "results.jsonl", "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        print(table([row]).splitlines()[-1], flush=True)
+    text = table(rows)
+    (out / "table.md").write_text(text + "\n")
+    first = next((r for r in rows if r.get("device")), {})
+    where = first.get("gpu") or "CPU"
+    shape = "2-layer, 64-wide GPT-2, 16-token completions, batch 8" if args.tiny else "GPT-2 124M (RookWorld-LM-124M's shape)"
+    result = {
+        "title": f"GPU check: recipes/rookworld.yaml at {shape} on {where}",
+        "description": f"Each arm a process of its own, {args.steps} optimizer steps for {', '.join(MAIN_ARMS)} and "
+                       f"{args.bisect_steps} for each bisection arm, {args.batch or 32} completions per "
+                       f"step; random weights, packaged RookWorld lines in the hub layout. Versions: "
+                       f"{first.get('versions')}.",
+        "table": text,
+        "command": "python benchmarks/bench_gpu_check.py" + (" --tiny" if args.tiny else "")
+                   + (f" --arms {' '.join(args.arms)}" if args.arms != list(ARMS) else "")
+                   + (f" --steps {args.steps}" if args.steps != 20 else "")
+                   + (f" --bisect-steps {args.bisect_steps}" if args.bisect_steps != 4 else "")
+                   + (f" --batch {args.batch}" if args.batch else ""),
+        "rows": rows,
+    }
+    return finish(result, args.out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
