@@ -294,3 +294,40 @@ def test_flat_groups_split_into_all_pass_and_all_fail(tiny_model_dir, tmp_path):
     assert logs
     assert all(h["groups/flat_best_frac"] + h["groups/flat_worst_frac"] == pytest.approx(1.0) for h in logs)
     assert any(h["groups/flat_best_frac"] > 0 for h in logs) and any(h["groups/flat_worst_frac"] > 0 for h in logs)
+
+
+def test_older_trl_names_and_wandb_exports_are_read(tmp_path, monkeypatch):
+    """TRL before 0.17 logged completion_length, one clip_ratio and rewards/<name> without /mean; a W&B export
+    prefixes train/ and eval/. The doctor reads them as today's names (docs/doctor.md's table), so the length and
+    component detectors run on such a log instead of saying the metric was not logged."""
+    lengths = [20.0 * 1.08 ** s for s in range(30)]  # lengthening: 20 -> 186 tokens
+    old = [{"step": s + 1, "completion_length": v, "rewards/fmt": 0.5, "rewards/acc": 0.1 * (s % 3),
+            "reward": 0.3 + 0.01 * s, "reward_std": 0.1, "clip_ratio": 0.0} for s, v in enumerate(lengths)]
+    findings, skipped = diagnose(History(old))
+    assert "length" not in skipped and "clipping" not in skipped
+    assert "length_hacking" in {f.kind for f in findings}
+    assert History(old).curve("rewards/acc/mean")[1][:3] == [0.0, 0.1, 0.2]
+    log = tmp_path / "wandb.jsonl"
+    log.write_text("\n".join(json.dumps({"train/global_step": e["step"], "train/completion_length":
+                                         e["completion_length"], "train/reward": 0.6, "eval/loss": 1.0})
+                             for e in old) + "\n")
+    history = load_history(log)
+    assert history.curve("completions/mean_length") == ([e["step"] for e in old], lengths)
+    assert history.curve("eval_loss")[1] == [1.0] * 30 and history.curve("reward")[1] == [0.6] * 30
+
+
+def test_plot_without_matplotlib_is_a_one_line_error(tmp_path, monkeypatch):
+    import builtins
+
+    from rookgrpo.doctor.report import plot_findings
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(ConfigError, match=r"rookgrpo doctor --plot draws with matplotlib.*pip install matplotlib"):
+        plot_findings(History(_curve("reward", [0.1] * 10)), [], tmp_path / "x.png")

@@ -47,12 +47,22 @@ def series(history: list[dict], key: str) -> tuple[list[int], list[float]]:
     return steps, values
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write the curves of ``run_dir`` to ``out`` (default ``RUN_DIR/training_curves.png``) and return its path."""
-    import matplotlib
-
+def pyplot(what: str):
+    """``matplotlib.pyplot`` on the file-only Agg backend, or a one-line ConfigError naming the package ``what``
+    needs."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError(f"{what} draws with matplotlib, which is not installed here: pip install matplotlib.") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the curves of ``run_dir`` to ``out`` (default ``RUN_DIR/training_curves.png``) and return its path."""
+    plt = pyplot("rookgrpo plot")
 
     history = load_log_history(run_dir)
     panels = []

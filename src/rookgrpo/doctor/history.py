@@ -16,6 +16,42 @@ from pathlib import Path
 from ..errors import ConfigError
 
 
+#: Other names the same metric is logged under, read where an entry lacks the name the detectors use (docs/doctor.md):
+#: TRL before 0.17 (``completion_length``, one ``clip_ratio``), and ``rewards/<name>`` without ``/mean`` (below).
+ALIASES = {
+    "completions/mean_length": ("completion_length", "completions/mean_length_mean"),
+    "clip_ratio/region_mean": ("clip_ratio",),
+    "frac_reward_zero_std": ("frac_zero_std",),
+}
+#: Prefixes of W&B and TensorBoard exports: ``train/reward`` is ``reward``, ``eval/loss`` is ``eval_loss``.
+PREFIXES = (("train/", ""), ("eval/", "eval_"))
+
+
+def canonical(entry: Mapping) -> dict:
+    """One log entry with the names the detectors read (``ALIASES``, ``PREFIXES``; ``rewards/<name>`` as
+    ``rewards/<name>/mean``) added where absent; the entry's own names are kept.
+
+    >>> canonical({"train/global_step": 3, "train/completion_length": 40.0, "rewards/fmt": 0.5, "eval/loss": 1.2})
+    ... # doctest: +NORMALIZE_WHITESPACE
+    {'train/global_step': 3, 'train/completion_length': 40.0, 'rewards/fmt': 0.5, 'eval/loss': 1.2, 'global_step': 3,
+     'completion_length': 40.0, 'eval_loss': 1.2, 'completions/mean_length': 40.0, 'rewards/fmt/mean': 0.5}
+    """
+    out = dict(entry)
+    for key, value in entry.items():
+        for prefix, replacement in PREFIXES:
+            if key.startswith(prefix):
+                out.setdefault(replacement + key[len(prefix):], value)
+    for name, aliases in ALIASES.items():
+        if name not in out:
+            for alias in aliases:
+                if alias in out:
+                    out[name] = out[alias]
+                    break
+    for key in [k for k in out if k.startswith("rewards/") and k.count("/") == 1]:
+        out.setdefault(key + "/mean", out[key])
+    return out
+
+
 @dataclass
 class History:
     """Log entries of one run, in step order, and where they came from.
@@ -33,6 +69,9 @@ class History:
     #: reward name -> weight, when the run recorded them (rookgrpo's ``run_info.json``); else empty (weights 1)
     reward_weights: dict[str, float] = field(default_factory=dict)
     _names: set[str] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.entries = [canonical(entry) for entry in self.entries]
 
     def curve(self, name: str, finite: bool = True) -> tuple[list[int], list[float]]:
         """(steps, values) of every entry that logged ``name`` as a number; NaN and inf dropped unless ``finite`` is
@@ -84,7 +123,7 @@ def _read_jsonl(path: Path) -> list[dict]:
         except json.JSONDecodeError as err:
             raise ConfigError(f"{path}:{number} is not a JSON object ({err}).") from None
         if isinstance(entry, Mapping):
-            entry = dict(entry)
+            entry = canonical(entry)  # a W&B export's train/global_step is global_step
             entry.setdefault("step", entry.get("global_step", entry.get("_step", number)))
             entries.append(entry)
     return _train_entries(entries)

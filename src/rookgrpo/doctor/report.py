@@ -33,11 +33,9 @@ CURVES = ["reward", "kl", "entropy", "grad_norm", "loss/kl_grad_share", "complet
 def plot_findings(history: History, findings: list[Finding], out: str | Path) -> Path:
     """Draw each logged curve the detectors read, one panel each, with every finding about it shaded over the steps it
     spans (and findings about the whole run on the reward panel)."""
-    import matplotlib
+    from ..plot import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot("rookgrpo doctor --plot")
     flagged = {part for f in findings for part in f.subject.split(",")}
     held = sorted(heldout_metrics(history), key=lambda n: n not in flagged)[:6]  # the ones with findings first
     names = [n for n in CURVES if any(history.curve(n)[1])] + held
