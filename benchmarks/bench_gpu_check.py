@@ -16,13 +16,14 @@ each arm's CUDA peak is its own), a few optimizer steps each:
 - the bisection: ``bare`` (``RookGRPOTrainer`` with the recipe's fields, no callback, one temperature) and ``bare`` plus
   one component each (``+task_sampling``, ``+diagnostics``, ``+doctor``, ``+prompt_selection``, ``+adaptive_beta``,
   ``+sft_anchor``, ``+heldout``), ``bare-positions``, and ``recipe+heldout`` with eager attention (``/eager``: SDPA's
-  kernels out of the picture) and in float32 (``/fp32``: bf16 autocast out of it).
+  kernels out of the picture) and in float32 (``/fp32``: bf16 autocast out of it); on request (``--arms``), the recipe
+  less one component each (``recipe-task_sampling``, ``recipe-prompt_selection``, ...), for effects of two together.
 
 Per arm: every step's loss, ``grad_norm`` (and the doctor's ``grad/kl_norm``, ``grad/policy_norm`` where logged)
 checked finite, the first step that is not, whether the weights are finite after the run; median step time; seconds
 and peak memory per phase (generation with its rewards and reference pass, the loss's forward and backward, the
 optimizer step), metered the same way for every arm around TRL's own methods (CUDA: peaks reset per phase; CPU: peak
-resident set); the device, dtype and attention kernel. Results go to ``DIR/results.jsonl`` after every arm, and the
+resident set), with the rewards' share of the generate phase in seconds; the device, dtype and attention kernel. Results go to ``DIR/results.jsonl`` after every arm, and the
 table to ``DIR/table.md`` (``--work DIR``); ``--out FILE`` writes the result JSON as every benchmark does.
 """
 
@@ -49,7 +50,10 @@ PANEL = 48  # held-out panel rows (the first of the packaged evaluation position
 MAIN_ARMS = ("vanilla", "recipe", "recipe+heldout")
 BISECT_ARMS = ("bare", "bare-positions", "+task_sampling", "+diagnostics", "+doctor", "+prompt_selection",
                "+adaptive_beta", "+sft_anchor", "+heldout", "recipe+heldout/eager", "recipe+heldout/fp32")
-ARMS = MAIN_ARMS + BISECT_ARMS
+# The recipe less one component (for effects that need two components together).
+LEAVE_ONE_OUT = ("recipe-task_sampling", "recipe-diagnostics", "recipe-doctor", "recipe-prompt_selection",
+                 "recipe-adaptive_beta")
+ARMS = MAIN_ARMS + BISECT_ARMS + LEAVE_ONE_OUT
 
 
 def _name(entry) -> str:
@@ -73,6 +77,13 @@ def arm_recipe(arm: str, data: Path) -> tuple[dict, list[str]]:
     extra = {"eager": ["--attn_implementation", "eager"], "fp32": ["--bf16", "false"], "": []}[variant]
     if base in ("vanilla", "recipe"):
         recipe["callbacks"] = shipped
+    elif base.startswith("recipe-"):  # the recipe less one component
+        part = base[len("recipe-"):]
+        recipe["callbacks"] = [c for c in shipped if _name(c) != part]
+        if part == "task_sampling":
+            recipe.pop("task_generation_kwargs")
+        elif len(recipe["callbacks"]) == len(shipped):
+            raise SystemExit(f"{arm}: the recipe has no component {part!r}")
     elif base == "recipe+heldout":
         recipe["callbacks"] = shipped + heldout_callbacks(data)
     else:  # bare, or bare plus one component
@@ -116,7 +127,8 @@ def prepare(work: Path, tiny: bool) -> dict:
 
 class Meter:
     """Seconds and peak memory per phase around TRL's own methods, the same for every arm (TRL 1.10-1.16:
-    ``_generate_and_score_completions`` and ``compute_loss``; the optimizer step through a callback)."""
+    ``_generate_and_score_completions``, inside it ``_calculate_rewards`` (seconds only: the rewards run inside the
+    generate phase, whose peak memory they share), and ``compute_loss``; the optimizer step through a callback)."""
 
     PHASES = ("generate", "loss", "optimizer")
 
@@ -127,6 +139,7 @@ class Meter:
 
         self.phases = PhaseMeter(trainer.accelerator.device, reset_cuda_peaks=True)
         self.rows: list[dict] = []
+        self.reward_seconds = [0.0]  # per optimizer step
         meter = self.phases
         for method, phase in (("_generate_and_score_completions", "generate"), ("compute_loss", "loss")):
             inner = getattr(trainer, method)
@@ -136,6 +149,16 @@ class Meter:
                     return _inner(*args, **kwargs)
 
             setattr(trainer, method, wrapped)
+        rewards = getattr(trainer, "_calculate_rewards", None)
+        if rewards is not None:
+            def timed_rewards(*args, **kwargs):
+                started = time.perf_counter()
+                try:
+                    return rewards(*args, **kwargs)
+                finally:
+                    self.reward_seconds[-1] += time.perf_counter() - started
+
+            trainer._calculate_rewards = timed_rewards
         outer = self
 
         class OptimizerPhase(TrainerCallback):
@@ -146,7 +169,8 @@ class Meter:
                 meter.stop("optimizer")
 
             def on_step_end(self, args, state, control, **kwargs):
-                outer.rows.append(meter.take())
+                outer.rows.append({**meter.take(), "rewards_s": outer.reward_seconds[-1]})
+                outer.reward_seconds.append(0.0)
 
         trainer.add_callback(OptimizerPhase())
 
@@ -157,6 +181,7 @@ class Meter:
             seen = [r[phase] for r in rows if phase in r]
             out[phase] = {"seconds": statistics.median(s for s, _ in seen) if seen else None,
                           "peak_mib": max(m for _, m in seen) if seen else None}
+        out["generate"]["rewards_seconds"] = statistics.median(r["rewards_s"] for r in rows) if rows else None
         return out
 
 
@@ -233,7 +258,8 @@ def _cell(value, fmt: str) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = ["| arm | finite steps | first non-finite | weights finite | grad_norm (step 1) | attention, bf16 | "
-             "median step (s) | generate / loss / optimizer (s) | peak generate / loss / optimizer (MiB) | "
+             "median step (s) | generate (of it rewards) / loss / optimizer (s) | "
+             "peak generate / loss / optimizer (MiB) | "
              "run peak (MiB) | error |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
@@ -243,7 +269,8 @@ def table(rows: list[dict]) -> str:
             f"| {r['arm']} | {r['finite_steps']}/{r['steps']} | {_cell(r['first_nonfinite_step'], '')} | "
             f"{'yes' if r['weights_finite'] else '**no**'} | {_cell(first, '.3g')} | "
             f"{r.get('attention') or '-'}, {'yes' if r.get('bf16') else 'no'} | {_cell(r['step_s'], '.2f')} | "
-            + " / ".join(_cell(p[k]["seconds"], ".2f") for k in Meter.PHASES) + " | "
+            + f"{_cell(p['generate']['seconds'], '.2f')} ({_cell(p['generate'].get('rewards_seconds'), '.2f')}) / "
+            + " / ".join(_cell(p[k]["seconds"], ".2f") for k in Meter.PHASES[1:]) + " | "
             + " / ".join(_cell(p[k]["peak_mib"], ".0f") for k in Meter.PHASES)
             + f" | {_cell(r['run_peak_mib'], '.0f')} | {r['error'] or ''} |")
     return "\n".join(lines)
@@ -251,8 +278,8 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS, metavar="ARM",
-                    help=f"default: all ({', '.join(ARMS)})")
+    ap.add_argument("--arms", nargs="+", default=list(MAIN_ARMS + BISECT_ARMS), choices=ARMS, metavar="ARM",
+                    help=f"default: the main and bisection arms; all: {', '.join(ARMS)}")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps of the main arms (vanilla, recipe, ...)")
     ap.add_argument("--bisect-steps", type=int, default=4, help="optimizer steps of each bisection arm")
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model and 16-token completions (CPU dry run)")
@@ -313,7 +340,7 @@ def main(argv=None) -> dict:
                        f"{first.get('versions')}.",
         "table": text,
         "command": "python benchmarks/bench_gpu_check.py" + (" --tiny" if args.tiny else "")
-                   + (f" --arms {' '.join(args.arms)}" if args.arms != list(ARMS) else "")
+                   + (f" --arms {' '.join(args.arms)}" if args.arms != list(MAIN_ARMS + BISECT_ARMS) else "")
                    + (f" --steps {args.steps}" if args.steps != 20 else "")
                    + (f" --bisect-steps {args.bisect_steps}" if args.bisect_steps != 4 else "")
                    + (f" --batch {args.batch}" if args.batch else ""),

@@ -22,6 +22,7 @@ def test_the_gpu_check_runs_on_cpu_at_a_tiny_shape(tmp_path):
         assert (row["steps"], row["finite_steps"], row["first_nonfinite_step"], row["weights_finite"]) == (2, 2, None, True)
         assert row["device"] == "cpu" and row["step_s"] > 0
         assert all(row["phases"][p]["seconds"] > 0 and row["phases"][p]["peak_mib"] > 0 for p in ("generate", "loss"))
+        assert 0 < row["phases"]["generate"]["rewards_seconds"] < row["phases"]["generate"]["seconds"]
     assert rows["recipe+heldout"]["kl_norm"] and not rows["vanilla"]["kl_norm"]  # the doctor's meter: the recipe's
     assert json.loads(out.read_text())["table"] == (tmp_path / "w" / "table.md").read_text().strip()
     assert len((tmp_path / "w" / "results.jsonl").read_text().splitlines()) == 2  # written as each arm ended
