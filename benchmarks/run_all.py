@@ -74,6 +74,11 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("selection_env_exact_target", "bench_selection",
      ["--regime", "env_exact", "--seeds", "3", "--arms", "dapo,passrate-target+resampling"]),
     ("shapes", "bench_shapes", []),
+    # The GPU check (a GPU owner runs it without arguments), here on CPU at the full 124M shape with bf16 autocast and
+    # 8 completions per step: what the CPU could rule out about the NaN gradient of the first GPU run.
+    ("gpu_check_cpu", "bench_gpu_check",
+     ["--arms", "vanilla", "recipe", "recipe+heldout", "recipe+heldout/eager", "bare", "+task_sampling", "+doctor",
+      "+sft_anchor", "--steps", "2", "--bisect-steps", "2", "--batch", "8"]),
     ("doctor", "bench_doctor", []),
     ("doctor_cost", "bench_doctor_cost", ["--max-blocks", "30"]),
     ("doctor_cost_recipe", "bench_doctor_cost", ["--setting", "recipe", "--min-blocks", "10", "--max-blocks", "20"]),
