@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile.corpus import HOSTILE
+from hostile.corpus import HOSTILE, VERDICT_CHANNEL
 from hostile.harness import (CASES, CLEAN, FENCED, LIMITS, SQ_TESTS, bubblewrap_hidden, check_hostile, ipc_objects,
                              isolation_mode, survivors)
 from rookgrpo.code import wire
@@ -139,8 +139,13 @@ def listener():
 OPEN_UNDER_LANDLOCK = {"read_the_checkout", "new_user_namespace"}
 
 
-@pytest.mark.parametrize("mode", ["full", "reduced", "reduced-no-namespaces"])
-@pytest.mark.parametrize("name", sorted(CASES))
+# The corpus in three modes; in the third, where Landlock stands in, only the programs that reach past their own
+# process (the verdict channel's attacks meet the same split trust in every mode, and run in the other two).
+CORPUS_RUNS = [(name, mode) for mode in ("full", "reduced", "reduced-no-namespaces") for name in sorted(CASES)
+               if mode != "reduced-no-namespaces" or name not in VERDICT_CHANNEL]
+
+
+@pytest.mark.parametrize("name,mode", CORPUS_RUNS)
 def test_hostile_program_earns_zero_and_harms_nothing(name, mode, listener):
     """Reward 0, no exception, in time, nothing left running, no file outside the work dir, no new IPC object, and
     the sandbox that follows is as good as new. ``full``: bubblewrap. ``reduced``: bubblewrap hidden from this process

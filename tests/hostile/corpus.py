@@ -239,6 +239,19 @@ HOSTILE = {
     ),
 }
 
+# The programs that attack only the verdict channel (exits, lying objects, forged messages, patched servers): they
+# never reach past the sandbox's own process, so what stops them is the split trust, whatever the isolation layer.
+VERDICT_CHANNEL = frozenset({
+    "always_equal_object", "answer_out_of_order", "atexit_forges_answers", "bracket_string_answer", "close_the_pipes",
+    "deeply_nested_answer", "ellipsis_result", "fake_math_module", "float_subclass_lies", "forge_answers_on_every_fd",
+    "function_result", "garbage_on_answer_pipe", "generator_result", "huge_integer_answer", "huge_list_answer",
+    "int_subclass_lies", "keyboard_interrupt_in_function", "kill_self_in_function", "list_subclass_lies",
+    "monkeypatch_builtins", "nan_result", "os_exit_before_tests", "os_exit_in_function", "oversized_header",
+    "patch_json_and_os_write", "patch_server_encoder", "patch_server_writer", "settrace_rewrites",
+    "str_subclass_lies", "subtraction_returns_zero", "sys_exit_before_tests", "system_exit_in_function",
+    "truncated_answer_then_silence", "truthy_object", "type_result", "wrap_compile_and_exec",
+})
+
 # Plausible for a policy, no malice needed: the prompt's helpers redefined (tests must use the problem's own), and
 # tests that exercise nothing. Each is (completion, tests) for its own problem.
 PROMPT_HELPER_TESTS = {
