@@ -331,3 +331,25 @@ def test_plot_without_matplotlib_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     with pytest.raises(ConfigError, match=r"rookgrpo doctor --plot draws with matplotlib.*pip install matplotlib"):
         plot_findings(History(_curve("reward", [0.1] * 10)), [], tmp_path / "x.png")
+
+
+def _severities(entries) -> dict[str, str]:
+    findings, _ = diagnose(History(entries))
+    return {f.kind: f.severity for f in findings}
+
+
+def test_severity_says_whether_the_run_is_broken_now():
+    """critical: the run is not learning or is broken (a NaN that persists, a gradient of 0 at every step, no group
+    ever with a reward spread); warning: an isolated NaN gradient norm in a run that carried on (the loss stayed finite
+    after it: the step was skipped), some zero-gradient steps, most groups flat."""
+    nan = float("nan")
+    carried_on = _merge(_curve("grad_norm", [0.5] * 10 + [nan] + [0.5] * 19), _curve("loss", [0.1] * 30))
+    assert _severities(carried_on) == {"nonfinite": "warning"}
+    persists = _merge(_curve("grad_norm", [0.5] * 10 + [nan] * 20), _curve("loss", [0.1] * 10 + [nan] * 20))
+    assert _severities(persists) == {"nonfinite": "critical"}
+    last = _merge(_curve("grad_norm", [0.5] * 29 + [nan]), _curve("loss", [0.1] * 30))  # nothing after it to judge
+    assert _severities(last) == {"nonfinite": "critical"}
+    assert _severities(_curve("grad_norm", [0.0] * 10))["zero_gradient"] == "critical"
+    assert _severities(_curve("grad_norm", [0.0, 0.3] * 5))["zero_gradient"] == "warning"
+    assert _severities(_curve("frac_reward_zero_std", [1.0] * 10))["zero_std"] == "critical"
+    assert _severities(_curve("frac_reward_zero_std", [1.0, 0.75] * 5))["zero_std"] == "warning"

@@ -12,6 +12,7 @@ the batch as generated; with ``zero_std_resampling`` the ``optimised/*`` copies 
 from __future__ import annotations
 
 import fnmatch
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -104,17 +105,34 @@ def detect_nonfinite(h: History, t: Thresholds) -> list[Finding]:
     names = ["loss", "grad_norm", "reward", "kl", "entropy"] + sorted(
         n for n in h.names() if n.startswith("rewards/") and n.endswith("/mean"))
     out = []
+    loss_steps, losses = h.curve("loss", finite=False)
     for name in names:
         steps, values = h.curve(name, finite=False)
         bad = [s for s, v in zip(steps, values) if v != v or v in (float("inf"), float("-inf"))]
-        if bad:
+        if not bad:
+            continue
+        # A gradient norm that was NaN at a few steps of a run whose loss stayed finite after them: those steps were
+        # skipped (a mixed-precision scaler, a trainer that drops non-finite updates); the weights were not hit.
+        after = [v for s, v in zip(loss_steps, losses) if s > bad[-1]]
+        isolated = (name == "grad_norm" and len(bad) <= max(1, len(values) // 10) and bad[-1] < steps[-1]
+                    and len(after) >= 2 and all(math.isfinite(v) for v in after))
+        if isolated:
             out.append(Finding(
-                "nonfinite", f"{name} is NaN or infinite", bad[0], bad[-1], severity="critical", subject=name,
-                values={"steps": len(bad)},
-                message=f"{name} was NaN/inf at {len(bad)} logged step(s), first at step {bad[0]}. Likely cause: "
-                        "an update that diverged (learning rate too high, no gradient clipping, fp16 overflow) or a "
-                        "reward that returned NaN for a completion. Fix: lower learning_rate, keep max_grad_norm > 0, "
-                        "use bf16 over fp16, and make every reward return its floor, not NaN, on a bad completion."))
+                "nonfinite", f"{name} was NaN or infinite at isolated steps", bad[0], bad[-1], severity="warning",
+                subject=name, values={"steps": len(bad), "carried_on": True},
+                message=f"{name} was NaN/inf at {len(bad)} of {len(values)} logged step(s), first at step {bad[0]}, "
+                        "and the loss stayed finite on every logged step after: those updates were skipped, the "
+                        "weights were not hit. Likely cause: an fp16 overflow (the loss scaler skips the step) or one "
+                        "extreme batch. Fix, if it recurs: use bf16 over fp16, keep max_grad_norm > 0, lower "
+                        "learning_rate."))
+            continue
+        out.append(Finding(
+            "nonfinite", f"{name} is NaN or infinite", bad[0], bad[-1], severity="critical", subject=name,
+            values={"steps": len(bad), "carried_on": False},
+            message=f"{name} was NaN/inf at {len(bad)} logged step(s), first at step {bad[0]}. Likely cause: "
+                    "an update that diverged (learning rate too high, no gradient clipping, fp16 overflow) or a "
+                    "reward that returned NaN for a completion. Fix: lower learning_rate, keep max_grad_norm > 0, "
+                    "use bf16 over fp16, and make every reward return its floor, not NaN, on a bad completion."))
     return out
 
 
@@ -128,8 +146,11 @@ def detect_gradients(h: History, t: Thresholds) -> list[Finding]:
     if len(zero) >= 2 and len(zero) / len(g) >= t.grad_zero_share:
         _, losses = h.curve("loss")
         zero_loss = sum(1 for v in losses if v == 0.0)
+        every = len(zero) == len(g)  # the run has not learned at all: critical
         out.append(Finding(
-            "zero_gradient", "steps with an exactly-zero gradient", zero[0], zero[-1], subject="grad_norm",
+            "zero_gradient", "every step had an exactly-zero gradient" if every else
+            "steps with an exactly-zero gradient", zero[0], zero[-1], subject="grad_norm",
+            severity="critical" if every else "warning",
             values={"zero_steps": len(zero), "logged": len(g), "zero_loss": zero_loss},
             message=f"{len(zero)} of {len(g)} logged steps had a gradient norm of exactly 0 ({zero_loss} a loss of "
                     "exactly 0): the weights did not move on them. Likely cause: every advantage of the batch was 0 "
@@ -421,9 +442,10 @@ def detect_zero_std(h: History, t: Thresholds) -> list[Finding]:
                "Fix: train on prompts the model sometimes solves (prompt_selection), give the reward partial credit")
     else:
         split, fix = "", "Fix: prompt_selection, partial-credit rewards"
+    every = min(z) >= 1.0  # no group ever had a spread: nothing was learned from the reward
     return [Finding(
-        "zero_std", "most groups have no reward spread", steps[0], steps[-1], subject="frac_reward_zero_std",
-        values={"median": med},
+        "zero_std", "no group ever had a reward spread" if every else "most groups have no reward spread", steps[0],
+        steps[-1], subject="frac_reward_zero_std", values={"median": med}, severity="critical" if every else "warning",
         message=f"a median {med:.0%} of groups earned the same reward on every completion (frac_reward_zero_std, the "
                 f"batch as generated): their advantages are 0 and they teach nothing.{split} {fix}, raise the "
                 "sampling temperature, or add zero_std_resampling.")]
