@@ -353,3 +353,33 @@ def test_severity_says_whether_the_run_is_broken_now():
     assert _severities(_curve("grad_norm", [0.0, 0.3] * 5))["zero_gradient"] == "warning"
     assert _severities(_curve("frac_reward_zero_std", [1.0] * 10))["zero_std"] == "critical"
     assert _severities(_curve("frac_reward_zero_std", [1.0, 0.75] * 5))["zero_std"] == "warning"
+
+
+def test_components_logged_but_weighted_zero_are_not_dead(tmp_path):
+    """TRL logs every reward function, weighted 0 or not. Where the logged reward is exactly one component (the
+    others weighted 0), the weights are read off the log and the zero-weight component is not 'dead'; without that,
+    `rookgrpo doctor --reward-weights` takes them."""
+    import random
+
+    rng = random.Random(0)
+    entries = []
+    for s in range(1, 21):
+        a, b = rng.random(), 0.5 + 0.001 * rng.random()
+        entries.append({"step": s, "reward": a, "reward_std": 0.2, "rewards/acc/mean": a, "rewards/acc/std": 0.3,
+                        "rewards/fmt/mean": b, "rewards/fmt/std": 0.0001, "rewards/len/mean": 2 * a,
+                        "rewards/len/std": 0.6})
+    from rookgrpo.doctor.detectors import infer_reward_weights
+
+    assert infer_reward_weights(History(entries)) == {}  # len = 2 acc on every step: the log does not tell them apart
+    assert infer_reward_weights(History([{k: v for k, v in e.items() if not k.startswith("rewards/len")}
+                                         for e in entries])) == {"acc": 1.0, "fmt": 0.0}
+    two = [{k: v for k, v in e.items() if not k.startswith("rewards/len")} for e in entries]
+    assert "reward_dead" not in kinds(two)  # fmt is logged, weighted 0: not in the reward at all
+    noisy = [{**e, "reward": e["reward"] + 0.01 * (e["step"] % 3)} for e in two]  # weights not determined by the log
+    assert "reward_dead" in kinds(noisy)
+    state = tmp_path / "trainer_state.json"
+    state.write_text(json.dumps({"log_history": noisy}))
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(state), "--json", "--reward-weights", "acc=1", "fmt=0"])
+    assert "reward_dead" not in {f["kind"] for f in json.loads(proc.stdout)["findings"]}
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(state), "--reward-weights", "acc"])
+    assert proc.returncode == 2 and "--reward-weights: expected NAME=W" in proc.stderr

@@ -284,17 +284,22 @@ def _cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _parse_task_temperatures(items: list[str] | None) -> dict[str, float]:
+def _parse_pairs(items: list[str] | None, flag: str, form: str) -> dict[str, float]:
+    """``NAME=VALUE`` items as {name: float}, or a ConfigError naming ``flag`` and the ``form`` it takes."""
     out = {}
     for item in items or ():
-        task, sep, value = item.partition("=")
+        name, sep, value = item.partition("=")
         try:
-            out[task] = float(value)
+            out[name] = float(value)
         except ValueError:
             sep = ""
-        if not sep or not task:
-            raise ConfigError(f"--task-temperature: expected TASK=T (e.g. P=0.5 A=0.6), got {item!r}.")
+        if not sep or not name:
+            raise ConfigError(f"{flag}: expected {form}, got {item!r}.")
     return out
+
+
+def _parse_task_temperatures(items: list[str] | None) -> dict[str, float]:
+    return _parse_pairs(items, "--task-temperature", "TASK=T (e.g. P=0.5 A=0.6)")
 
 
 def _cmd_headroom(args: argparse.Namespace) -> int:
@@ -320,7 +325,8 @@ def _cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
     from .doctor.report import format_report, plot_findings
 
     history = load_history(args.run)
-    findings, skipped = diagnose(history, Thresholds(reward_weights=history.reward_weights))
+    weights = _parse_pairs(args.reward_weights, "--reward-weights", "NAME=W (e.g. accuracy=1 format=0.2)")
+    findings, skipped = diagnose(history, Thresholds(reward_weights=weights or history.reward_weights))
     if args.json:
         print(json.dumps({"source": history.source, "findings": [f.to_dict() for f in findings], "skipped": skipped},
                          indent=1))
@@ -412,6 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, metavar="PNG", help="also draw the curves with the findings marked")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--strict", action="store_true", help="exit with status 1 when there is a finding (for CI)")
+    p.add_argument("--reward-weights", nargs="*", default=None, metavar="NAME=W",
+                   help="the run's reward weights by reward name (default: its run_info.json, else read off the log "
+                        "where the logged reward determines them)")
     p.set_defaults(func=_cmd_doctor, allow_extra=False)
     return parser
 

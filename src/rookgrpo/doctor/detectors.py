@@ -376,9 +376,37 @@ def _components(h: History) -> list[str]:
     return sorted(n[len("rewards/"):-len("/std")] for n in h.names() if n.startswith("rewards/") and n.endswith("/std"))
 
 
+def infer_reward_weights(h: History, min_rows: int = 4) -> dict[str, float]:
+    """The reward weights a run used, read off its log where it allows: TRL logs ``reward`` as the weighted sum of the
+    components' means, so where that holds exactly on every step that logged them all, the least-squares weights are
+    the run's (a component the run logged but weighted 0 gets 0). {} where the log does not determine them.
+
+    >>> entries = [{"step": s, "reward": 0.1 * s, "rewards/a/mean": 0.1 * s, "rewards/b/mean": 0.5 + 0.01 * s * s}
+    ...            for s in range(1, 9)]
+    >>> infer_reward_weights(History(entries))
+    {'a': 1.0, 'b': 0.0}
+    """
+    import numpy as np
+
+    names = sorted(n[len("rewards/"):-len("/mean")] for n in h.names() if n.startswith("rewards/") and n.endswith("/mean"))
+    rows = [([float(e[f"rewards/{n}/mean"]) for n in names], float(e["reward"])) for e in h.entries
+            if "reward" in e and all(isinstance(e.get(f"rewards/{n}/mean"), (int, float)) for n in names)]
+    rows = [(x, y) for x, y in rows if all(map(math.isfinite, x)) and math.isfinite(y)]
+    if len(names) < 2 or len(rows) < max(min_rows, len(names) + 2):
+        return {}
+    x, y = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    if np.linalg.matrix_rank(x) < len(names):  # components that move together: the weights are not determined
+        return {}
+    weights, *_ = np.linalg.lstsq(x, y, rcond=None)
+    if np.max(np.abs(x @ weights - y)) > 1e-6 * max(1.0, float(np.max(np.abs(y)))):
+        return {}
+    return {n: round(float(w), 6) + 0.0 for n, w in zip(names, weights)}
+
+
 @detector("rewards/*/std")
 def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
-    names = _components(h)
+    weights = t.reward_weights or infer_reward_weights(h)
+    names = [n for n in _components(h) if weights.get(n, 1.0) != 0]  # logged but weighted 0: not in the reward
     if len(names) < 2:
         return []
     shares: dict[str, list[float]] = {n: [] for n in names}
@@ -388,7 +416,7 @@ def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
         for n in names:
             v = entry.get(f"rewards/{n}/std")
             if isinstance(v, (int, float)) and v == v:
-                var[n] = (t.reward_weights.get(n, 1.0) * v) ** 2
+                var[n] = (weights.get(n, 1.0) * v) ** 2
         total = sum(var.values())
         if len(var) < 2 or total <= 0:
             continue
@@ -399,7 +427,8 @@ def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
         return []
     median = {n: statistics.median(s) for n, s in shares.items() if len(s) >= t.min_points // 2}
     steps = [int(e["step"]) for e in h.entries if any(f"rewards/{n}/std" in e for n in names)]
-    weighted = " (weighted)" if t.reward_weights else " (unweighted: pass the recipe's reward_weights to weigh them)"
+    weighted = (" (weighted)" if t.reward_weights else " (weighted as read off the log)" if weights else
+                " (unweighted: give rookgrpo doctor the run's weights, --reward-weights NAME=W ...)")
     out = []
     dead = sorted(n for n, s in median.items() if s < t.component_dead)
     if dead:
