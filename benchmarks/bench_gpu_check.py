@@ -23,8 +23,8 @@ Per arm: every step's loss, ``grad_norm`` (and the doctor's ``grad/kl_norm``, ``
 checked finite, the first step that is not, whether the weights are finite after the run; median step time; seconds
 and peak memory per phase (generation with its rewards and reference pass, the loss's forward and backward, the
 optimizer step), metered the same way for every arm around TRL's own methods (CUDA: peaks reset per phase; CPU: peak
-resident set), with the rewards' share of the generate phase in seconds; the device, dtype and attention kernel. Results go to ``DIR/results.jsonl`` after every arm, and the
-table to ``DIR/table.md`` (``--work DIR``); ``--out FILE`` writes the result JSON as every benchmark does.
+resident set), with the rewards' share of the generate phase in seconds; the device, dtype and attention kernel.
+Results go to ``DIR/results.jsonl`` after every arm, and the table to ``DIR/table.md`` (``--work DIR``); ``--out FILE`` writes the result JSON as every benchmark does.
 """
 
 from __future__ import annotations
@@ -238,7 +238,8 @@ def run_arm(arm: str, paths: dict, steps: int, tiny: bool, overrides: list[str] 
     step_times = [h["step_time"] for h in logs if "step_time" in h][1:]
     return {
         "arm": arm, "steps": len(logs), "error": error, "seconds": seconds,
-        "finite_steps": sum(all(_finite(h.get(k)) for k in keys) for h in logs), "first_nonfinite_step": bad[0] if bad else None,
+        "finite_steps": sum(all(_finite(h.get(k)) for k in keys) for h in logs),
+        "first_nonfinite_step": bad[0] if bad else None,
         "weights_finite": weights_finite,
         "loss": [h.get("loss") for h in logs], "grad_norm": [h.get("grad_norm") for h in logs],
         "kl_norm": [h.get("grad/kl_norm") for h in logs if "grad/kl_norm" in h],
@@ -331,7 +332,8 @@ def main(argv=None) -> dict:
     (out / "table.md").write_text(text + "\n")
     first = next((r for r in rows if r.get("device")), {})
     where = first.get("gpu") or "CPU"
-    shape = "2-layer, 64-wide GPT-2, 16-token completions, batch 8" if args.tiny else "GPT-2 124M (RookWorld-LM-124M's shape)"
+    shape = ("2-layer, 64-wide GPT-2, 16-token completions, batch 8" if args.tiny else
+             "GPT-2 124M (RookWorld-LM-124M's shape)")
     result = {
         "title": f"GPU check: recipes/rookworld.yaml at {shape} on {where}",
         "description": f"Each arm a process of its own, {args.steps} optimizer steps for {', '.join(MAIN_ARMS)} and "

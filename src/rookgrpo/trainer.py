@@ -268,9 +268,9 @@ class RookGRPOTrainer(GRPOTrainer):
         return super().log(logs, *args, **kwargs)
 
     def measure_phases(self, reset_cuda_peaks: bool = False):
-        """Switch phase measurement on (idempotent) and return the trainer's :class:`~rookgrpo.dynamics.phases.PhaseMeter`
-        (``reset_cuda_peaks``: exact CUDA peaks per phase, resetting ``torch.cuda``'s peak; any caller asking turns it
-        on)."""
+        """Switch phase measurement on (idempotent) and return the trainer's
+        :class:`~rookgrpo.dynamics.phases.PhaseMeter` (``reset_cuda_peaks``: exact CUDA peaks per phase, resetting
+        ``torch.cuda``'s peak; any caller asking turns it on)."""
         if self._phases is None:
             from .dynamics.phases import PhaseMeter
 

@@ -489,11 +489,12 @@ def _enter_namespaces(python: str, root: str, limits: SandboxLimits, uid: int | 
     """Reduced mode as root, in the child before exec: what bubblewrap would give, made without a user namespace.
 
     New mount, network, IPC and UTS namespaces; a read-only tmpfs over ``root`` (``/tmp``; private to the new mount
-    namespace, so the host's ``/tmp`` is untouched and the view vanishes with the program) holding the interpreter, its stdlib and shared libraries bound read-only, five
-    character devices and ``/work``, a tmpfs of ``workdir_mb`` the program's uid owns; then ``chroot`` into it. The program, dropped to
-    its uid with ``no_new_privs``, cannot leave the chroot (that takes CAP_SYS_CHROOT), reach the network (only a down
-    loopback), or create IPC objects that outlive it. Not rebuilt: a PID namespace (the program's own first process
-    would have to be its init) and ``/proc``.
+    namespace, so the host's ``/tmp`` is untouched and the view vanishes with the program) holding the interpreter,
+    its stdlib and shared libraries bound read-only, five character devices and ``/work``, a tmpfs of ``workdir_mb``
+    the program's uid owns; then ``chroot`` into it. The program, dropped to its uid with ``no_new_privs``, cannot leave
+    the chroot (that takes CAP_SYS_CHROOT), reach the network (only a down loopback), or create IPC objects that
+    outlive it. Not rebuilt: a PID namespace (the program's own first process would have to be its init) and
+    ``/proc``.
     """
     libc = _libc()
     if libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS) != 0:
