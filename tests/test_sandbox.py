@@ -322,6 +322,10 @@ def test_without_bubblewrap_code_exec_refuses_before_any_program_runs(monkeypatc
             (reward,) = trainer.reward_funcs
             assert reward.isolation == "reduced"
             assert reward(["p"], [FENCED.format("def sq(x):\n    return x * x\n")], tests=[SQ_TESTS]) == [1.0]
+            # The opt-in given to the reward in Python holds under a config that leaves the field at its default.
+            trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=[CodeExec(isolation="reduced")],
+                                      args=tiny_grpo_args(tmp_path), train_dataset=data)
+            assert trainer.reward_funcs[0].isolation == "reduced"
     with pytest.raises(ConfigError, match="code_sandbox_isolation: 'none' is not an isolation mode"):
         tiny_grpo_args(tmp_path, code_sandbox_isolation="none")
 

@@ -88,9 +88,11 @@ class CodeExec:
         self._trivial: dict[str, frozenset[int]] = {}
 
     def setup(self, args: Any) -> "CodeExec":
-        """The trainer's hook, before training: the recipe's ``code_sandbox_isolation`` applies, and a machine
-        without the layers that mode needs is a ConfigError now, not at the first batch."""
-        mode = check_mode(getattr(args, "code_sandbox_isolation", None) or self.isolation, "code_sandbox_isolation")
+        """The trainer's hook, before training: reduced isolation applies when the recipe
+        (``code_sandbox_isolation: reduced``) or this reward (``isolation="reduced"``) accepts it, and a machine without
+        the layers the mode needs is a ConfigError now, not at the first batch."""
+        asked = check_mode(getattr(args, "code_sandbox_isolation", None) or "full", "code_sandbox_isolation")
+        mode = "reduced" if "reduced" in (asked, self.isolation) else "full"
         reward = self if mode == self.isolation else CodeExec(self.partial_credit, self.binary, self.workers,
                                                               self.limits, mode)
         require(mode, "code_exec")
