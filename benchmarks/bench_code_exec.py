@@ -111,6 +111,9 @@ def against(rev: str, repeats: int, workers: int | None, out: str | None):
         pool.close()
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=repo, capture_output=True)
+        import shutil
+
+        shutil.rmtree(tree.parent, ignore_errors=True)  # the temporary folder that held the worktree
     ratios = sorted(n / o for n, o in zip(new_t, old_t))
     old, new = statistics.median(old_t), statistics.median(new_t)
     table = "\n".join([
