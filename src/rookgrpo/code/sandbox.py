@@ -223,6 +223,9 @@ def isolation() -> Isolation:
     return iso
 
 
+_machine_isolation = isolation  # for Sandbox, whose ``isolation`` argument is the mode asked for
+
+
 def _namespaces_work(python: str) -> bool:
     """Whether this (root) process can give a sandbox the mount, network, IPC and UTS namespaces of reduced mode
     (not in a container that withholds CAP_SYS_ADMIN or blocks ``unshare``)."""
@@ -630,7 +633,7 @@ class Sandbox:
                  _iso: Isolation | None = None):
         self.limits = limits
         self.mode = check_mode(isolation)
-        self.iso = _iso or globals()["isolation"]()
+        self.iso = _iso or _machine_isolation()
         self.uid = (uid if uid is not None else next_sandbox_uid()) if self.iso.root else None
         self.proc: subprocess.Popen | None = None
         self.cgroup: Cgroup | None = None

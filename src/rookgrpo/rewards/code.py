@@ -12,6 +12,7 @@ case).
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
@@ -93,9 +94,11 @@ class CodeExec:
         the layers the mode needs is a ConfigError now, not at the first batch."""
         asked = check_mode(getattr(args, "code_sandbox_isolation", None) or "full", "code_sandbox_isolation")
         mode = "reduced" if "reduced" in (asked, self.isolation) else "full"
-        reward = self if mode == self.isolation else CodeExec(self.partial_credit, self.binary, self.workers,
-                                                              self.limits, mode)
         require(mode, "code_exec")
+        if mode == self.isolation:
+            return self
+        reward = copy.copy(self)  # every setting kept, the trivial-test tables shared
+        reward.isolation = mode
         return reward
 
     def pool(self):
