@@ -3,7 +3,7 @@ counted on non-trivial tests only; canonical and mutated canonical solutions bes
 
 Per problem, each program runs once against the problem's tests (as TRL calls the reward, through the runner pool) and
 its verdict is scored two ways: ``0.5 x pass fraction`` (the partial credit before) and ``0.5 x`` the share of
-non-trivial tests passed (:class:`rookgrpo.rewards.code.CodeExec` now). Programs:
+non-trivial tests passed (:class:`rookgrpo.code.reward.CodeExec` now). Programs:
 
 - ``constants and echoes``: programs that ignore their input: every constant and echo of the filter family, other
   constants the filter does not run (2, 100, 0.5, 'abc', '0', [1], [[]]), ``pass``, raising, an empty block and the
@@ -47,7 +47,7 @@ def main(argv=None) -> dict:
     from rookgrpo.code import trivial
     from rookgrpo.code.problems import humaneval_rows
     from rookgrpo.code.pool import get_pool
-    from rookgrpo.rewards.code import CodeExec, _spec
+    from rookgrpo.code.reward import CodeExec, _spec
 
     import os
     import tempfile

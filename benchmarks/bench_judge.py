@@ -53,7 +53,7 @@ def audit(n: int = 200) -> list[dict]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from rookgrpo.assets import resolve_model
-    from rookgrpo.models.judge import _parse_prompt, destinations, fill_in_prompts, grade
+    from rookgrpo.judge.model import _parse_prompt, destinations, fill_in_prompts, grade
 
     path = resolve_model("rookgrpo/fill-in-judge")
     judge, tok = AutoModelForSequenceClassification.from_pretrained(path), AutoTokenizer.from_pretrained(path)

@@ -39,7 +39,7 @@ def count(found: dict) -> dict[str, bool]:
 def main(argv=None):
     from hostile.harness import CASES, LIMITS, MODES, check_hostile, isolation_mode
     from rookgrpo.code.pool import _close_pools
-    from rookgrpo.rewards.code import CodeExec
+    from rookgrpo.code.reward import CodeExec
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)

@@ -64,7 +64,7 @@ class Top5Binary:
     __name__ = "top5_binary"
 
     def __init__(self, inner=None):
-        from rookgrpo.rewards.chess import ChessMoveRank
+        from rookgrpo.chess.rewards import ChessMoveRank
 
         self.inner = inner or ChessMoveRank()
 
@@ -81,7 +81,7 @@ class EnvExactBinary:
     __name__ = "env_exact_binary"
 
     def __init__(self):
-        from rookgrpo.rewards.chess import ChessEnv
+        from rookgrpo.chess.rewards import ChessEnv
 
         self.inner = ChessEnv()
 
@@ -181,7 +181,7 @@ def main(argv=None) -> dict:
         ap.error(f"--arms: {unknown} not among {list(ARMS)}")
 
     from rookgrpo.chess.engine import EngineSettings
-    from rookgrpo.evaluate import evaluate
+    from rookgrpo.chess.evaluate import evaluate
 
     settings = EngineSettings(depth=args.eval_depth)
     held_out = "rookgrpo/tiny-rookworld-eval"

@@ -28,7 +28,7 @@ import chess
 from rookgrpo.chess.data import load_rookworld
 from rookgrpo.chess.engine import EnginePool, EngineSettings
 from rookgrpo.chess.formats import parse_policy
-from rookgrpo.rewards.chess import rank_credit
+from rookgrpo.chess.rewards import rank_credit
 
 from common import finish  # benchmarks/common.py
 

@@ -567,7 +567,7 @@ def main(argv=None):
     elif "vanilla" not in args.arms:
         ap.error("--arms: the comparison is against vanilla; include it")
     from rookgrpo.chess.engine import EngineSettings
-    from rookgrpo.evaluate import PER_ROW_KEYS, evaluate
+    from rookgrpo.chess.evaluate import PER_ROW_KEYS, evaluate
 
     settings = EngineSettings(depth=args.eval_depth)
     data = "rookgrpo/tiny-rookworld-eval"

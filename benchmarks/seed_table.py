@@ -52,7 +52,7 @@ def table(before: dict, runs: dict[str, dict]) -> str:
     | --- | --- | --- | --- |
     | best-move accuracy (P:) | 0.250 | 0.500 | +0.250 (1.0) |
     """
-    from rookgrpo.evaluate import paired
+    from rookgrpo.chess.evaluate import paired
 
     names = list(runs)
     if len(names) == 1:

@@ -543,7 +543,7 @@ def main(argv=None) -> int:
 def finish(args, work: Path, splits: dict[str, list[str]], argv) -> None:
     """Evaluate the SFT model on each of :data:`PANELS` and write the model, its panels and its card to ``--out``."""
     from rookgrpo.chess.engine import EngineSettings
-    from rookgrpo.evaluate import PER_ROW_KEYS, evaluate, format_table
+    from rookgrpo.chess.evaluate import PER_ROW_KEYS, evaluate, format_table
 
     model_dir = work / "final"
     if not (model_dir / "config.json").exists():

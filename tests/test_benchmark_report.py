@@ -106,7 +106,7 @@ def test_bench_tiny_grpo_adds_an_arm_to_a_saved_result_at_its_steps_and_seeds(tm
 
     import pytest
 
-    import rookgrpo.evaluate
+    import rookgrpo.chess.evaluate
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
@@ -132,7 +132,7 @@ def test_bench_tiny_grpo_adds_an_arm_to_a_saved_result_at_its_steps_and_seeds(tm
         return {**start, **dict.fromkeys(keys, value)}
 
     monkeypatch.setattr(bench, "run", fake_run)
-    monkeypatch.setattr(rookgrpo.evaluate, "evaluate", fake_evaluate)
+    monkeypatch.setattr(rookgrpo.chess.evaluate, "evaluate", fake_evaluate)
     out = tmp_path / "out.json"
     bench.main(["--add_to", str(saved), "--arms", "rookgrpo_one_temperature", "--train_panel", "--out", str(out)])
     assert trained == [("rookgrpo_one_temperature", 1, 7), ("rookgrpo_one_temperature", 2, 7)]
@@ -261,7 +261,7 @@ def test_bench_tiny_grpo_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, 
 
     import pytest
 
-    import rookgrpo.evaluate
+    import rookgrpo.chess.evaluate
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
@@ -286,7 +286,7 @@ def test_bench_tiny_grpo_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, 
 
     fresh = [0.0]
     monkeypatch.setattr(bench, "run", fake_run)
-    monkeypatch.setattr(rookgrpo.evaluate, "evaluate",
+    monkeypatch.setattr(rookgrpo.chess.evaluate, "evaluate",
                         lambda model, data, **kw: {**start, **dict.fromkeys(keys, fresh[0] if model ==
                                                                              "rookgrpo/tiny-rookworld" else 0.2)})
     bench.main(["--steps", "7", "--seeds", "1", "2", "--arms", "vanilla", "rookgrpo", "--out", str(out)])
@@ -313,7 +313,7 @@ def test_bench_tiny_grpo_combines_levers_into_one_arm_and_pairs_it_with_its_part
     import pytest
     import yaml
 
-    import rookgrpo.evaluate
+    import rookgrpo.chess.evaluate
     from rookgrpo.recipe import parse_recipe
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
@@ -341,7 +341,7 @@ def test_bench_tiny_grpo_combines_levers_into_one_arm_and_pairs_it_with_its_part
     keys = [k for k, _ in bench.METRICS]
     start = {"n_policy": 3, "n_env": 1, "engine_depth": 8, **dict.fromkeys(keys, 0.0)}
     value = {"vanilla": 0.1, "rookgrpo": 0.1, "lr1e-5-cosine": 0.2, "anchor-0.1": 0.2, arm: 0.3}
-    monkeypatch.setattr(rookgrpo.evaluate, "evaluate", lambda model, data, **kw: {**start, **dict.fromkeys(
+    monkeypatch.setattr(rookgrpo.chess.evaluate, "evaluate", lambda model, data, **kw: {**start, **dict.fromkeys(
         keys, 0.0 if model == "rookgrpo/tiny-rookworld" else value[model.rsplit("-", 1)[0]] + 0.01 * int(
             model.rsplit("-", 1)[1]) ** 2)})
     out = tmp_path / "grid.json"

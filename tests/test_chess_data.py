@@ -11,7 +11,7 @@ from rookgrpo.chess.data import classify_move, generate, load_rookworld, rank_mo
 from rookgrpo.chess.engine import EngineSettings, get_pool
 from rookgrpo.chess.formats import parse_env, parse_policy
 from rookgrpo.errors import ConfigError
-from rookgrpo.evaluate import score
+from rookgrpo.chess.evaluate import score
 
 
 def test_hub_layout_loads_from_local_files_and_gets_the_a_prefix(tmp_path, generated_lines):
@@ -169,7 +169,7 @@ def test_cli_generate_and_evaluate_end_to_end(tmp_path):
 
 
 def test_comparison_pairs_the_rows_of_the_same_prompts():
-    from rookgrpo.evaluate import format_comparison, paired
+    from rookgrpo.chess.evaluate import format_comparison, paired
 
     def ev(rows, sha="same"):
         return {"best_move_accuracy": sum(rows) / len(rows), "best_move_accuracy_se": 0.25, "n_policy": 4, "n_env": 0,
@@ -189,7 +189,7 @@ def test_comparison_pairs_the_rows_of_the_same_prompts():
 def test_copies_of_a_prompt_count_once_in_the_errors(generated_lines, engine_settings):
     """The packaged held-out file holds some A: lines 7 times (a generator replaying an opening writes the same line
     again). Greedy decoding answers every copy alike, so copies must not shrink a standard error or inflate a z."""
-    from rookgrpo.evaluate import format_comparison, format_table, paired
+    from rookgrpo.chess.evaluate import format_comparison, format_table, paired
 
     rows = [rookworld_row(l) for l in generated_lines]
     a_rows = [r for r in rows if r["task"] == "A"][:6]
@@ -230,7 +230,7 @@ def test_evaluate_runs_on_a_gpt2_bpe_model_with_rookworld_layout(tmp_path, engin
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    from rookgrpo.evaluate import evaluate
+    from rookgrpo.chess.evaluate import evaluate
 
     lines = path.read_text().splitlines()
     bpe = Tokenizer(models.BPE())
@@ -251,7 +251,7 @@ def test_evaluate_runs_on_a_gpt2_bpe_model_with_rookworld_layout(tmp_path, engin
 
 
 def test_sampled_evaluation_is_seeded_and_differs_from_greedy(tmp_path, generated_lines, engine_settings):
-    from rookgrpo.evaluate import evaluate, format_table
+    from rookgrpo.chess.evaluate import evaluate, format_table
 
     data = tmp_path / "lines.txt"
     data.write_text("\n".join(generated_lines[:8]) + "\n")
@@ -276,7 +276,7 @@ def test_evaluate_runs_on_the_gpu_when_there_is_one(tmp_path, generated_lines, e
     ConfigError naming --device."""
     import torch
 
-    import rookgrpo.evaluate as ev
+    import rookgrpo.chess.evaluate as ev
     from rookgrpo import ConfigError
 
     assert ev.pick_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -11,7 +11,7 @@ from conftest import tiny_grpo_args
 from rookgrpo import ConfigError, RookGRPOTrainer
 from rookgrpo.chess.engine import EngineNotFoundError, EnginePool, EngineSettings, find_stockfish
 from rookgrpo.chess.formats import parse_policy, split_policy
-from rookgrpo.rewards.chess import ChessBestMove, ChessEvals
+from rookgrpo.chess.rewards import ChessBestMove, ChessEvals
 
 
 def _positions(lines, k=40):
@@ -52,7 +52,7 @@ def test_engine_crash_or_hang_mid_batch_is_restarted_and_rewards_stay_correct(ge
     expected = ChessEvals(settings)(prompts, completions)  # clean run (shared pool for these settings)
     with EnginePool(settings) as pool:
         reward = ChessEvals(settings)
-        import rookgrpo.rewards.chess as chess_rewards
+        import rookgrpo.chess.rewards as chess_rewards
 
         # Score through a fresh pool so nothing is cached, and fault one of its engines mid-batch.
         original = chess_rewards.get_pool

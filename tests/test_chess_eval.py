@@ -79,7 +79,7 @@ def test_reference_nll_is_the_teacher_forced_loss_of_the_answer(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rookgrpo.assets import resolve_model
-    from rookgrpo.evaluate import reference_nll
+    from rookgrpo.chess.evaluate import reference_nll
 
     path = resolve_model("rookgrpo/tiny-rookworld")
     tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path).eval()
@@ -96,7 +96,7 @@ def test_reference_nll_is_the_teacher_forced_loss_of_the_answer(tmp_path):
 
 
 def test_headroom_reports_greedy_against_sampled_pass_at_k(engine_settings):
-    from rookgrpo.evaluate import format_headroom, headroom
+    from rookgrpo.chess.evaluate import format_headroom, headroom
 
     result = headroom("rookgrpo/tiny-rookworld", "rookgrpo/tiny-rookworld-eval", samples=4, n=24,
                       temperatures={"P": 0.5, "A": 0.6}, settings=engine_settings, progress=False)

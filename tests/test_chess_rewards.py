@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from conftest import SHARED_DATA
 from rookgrpo.chess.engine import EngineSettings, get_pool
 from rookgrpo.chess.formats import env_step, is_legal, parse_env, parse_policy, split_env, split_policy
-from rookgrpo.rewards.audit import _rank_short
-from rookgrpo.rewards.chess import (
+from rookgrpo.chess.audit import _rank_short
+from rookgrpo.chess.rewards import (
     ChessBestMove,
     ChessCandidates,
     ChessEnv,

@@ -7,7 +7,7 @@ from datasets import Dataset
 from conftest import tiny_grpo_args
 from rookgrpo import RookGRPOTrainer
 from rookgrpo.chess.data import prepare_rookworld
-from rookgrpo.rewards.chess import POLICY_REWARDS
+from rookgrpo.chess.rewards import POLICY_REWARDS
 
 
 def test_short_grpo_run_on_mixed_tasks_logs_every_chess_component(tiny_model_dir, generated_lines, tmp_path):

@@ -64,7 +64,7 @@ def test_collapsed_judge_is_named_with_cause_and_fix(tiny_model_dir, smoke_datas
 
 
 def test_fill_in_rule_gives_partial_credit_and_the_floor_to_anything_else():
-    from rookgrpo.models.judge import destinations, fill_in_prompts, grade
+    from rookgrpo.judge.model import destinations, fill_in_prompts, grade
 
     assert destinations("knight", "g1") == {"e2", "f3", "h3"}
     prompt = "knight on g1 moves to"
@@ -84,7 +84,7 @@ def test_fill_in_rule_gives_partial_credit_and_the_floor_to_anything_else():
 
 def test_a_briefly_trained_judge_ranks_answers_like_the_rule(tmp_path):
     """Trained for a few seconds here: on answers it never saw, its scores follow the rule it imitates."""
-    from rookgrpo.models.judge import build_fill_in_judge, training_examples
+    from rookgrpo.judge.model import build_fill_in_judge, training_examples
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     out = build_fill_in_judge(tmp_path / "judge", steps=250, progress=False)

@@ -79,10 +79,11 @@ def test_missing_prompt_column_is_named(tiny_model_dir, tmp_path):
 
 
 def test_launch_command_takes_accelerate_keys_from_recipe_and_flags(tmp_path, monkeypatch):
-    monkeypatch.chdir(REPO)
+    monkeypatch.chdir(tmp_path)  # outside the repository: the packaged config is found by name
     recipe = write_recipe(tmp_path / "r.yaml", accelerate_config="cpu-ddp", num_processes=2)
     args = launch_command([str(recipe), "--max_steps", "2"])
-    assert args[:4] == ["--config_file", str(Path("recipes/accelerate/cpu-ddp.yaml")), "--num_processes", "2"]
+    packaged = Path(__import__("rookgrpo").__file__).parent / "recipes" / "accelerate" / "cpu-ddp.yaml"
+    assert args[:4] == ["--config_file", str(packaged), "--num_processes", "2"]
     assert args[4:] == ["-m", "rookgrpo", "--config", str(recipe), "--max_steps", "2"]
     # Flags win over the recipe and are consumed, not forwarded to training.
     args = launch_command([str(recipe), "--num_processes", "1", "--accelerate_config=ddp"])

@@ -15,7 +15,7 @@ import yaml
 
 from conftest import REPO, SHARED_DATA, run_cli, venv_bin
 from rookgrpo.chess.data import load_rookworld
-from rookgrpo.rewards.audit import audit, recipe_rewards
+from rookgrpo.chess.audit import audit, recipe_rewards
 
 RECIPES = ["rookworld-tiny.yaml", "rookworld.yaml", "chess-smoke.yaml"]
 LIMITS = {"random legal": 0.50, "engine 5th": 0.60, "constant pawn move": 0.40, "constant knight move": 0.40}
@@ -115,8 +115,8 @@ def test_code_audit_constants_and_echoes_earn_no_code_exec_and_the_docs_table_is
     code_exec (only code_format's 0.1 for a fenced block), the canonical solutions 1.0, and the mutants that fail a
     test keep some credit; docs/rewards.md holds the command's table."""
     from rookgrpo.code.problems import humaneval_rows
-    from rookgrpo.rewards.audit import recipe_rewards
-    from rookgrpo.rewards.code_audit import REFERENCE, code_audit, format_code_audit
+    from rookgrpo.chess.audit import recipe_rewards
+    from rookgrpo.code.audit import REFERENCE, code_audit, format_code_audit
 
     recipe = yaml.safe_load((REPO / "recipes" / "code.yaml").read_text())
     funcs, weights, _ = recipe_rewards(recipe)

@@ -24,7 +24,7 @@ from rookgrpo.code.sandbox import (
     next_sandbox_uid,
     processes_of_uids,
 )
-from rookgrpo.rewards.code import CodeExec, code_exec, code_format, extract_code
+from rookgrpo.code.reward import CodeExec, code_exec, code_format, extract_code
 
 
 

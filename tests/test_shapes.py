@@ -19,7 +19,7 @@ def test_rookworld_lm_124m_shape_runs_two_steps_of_the_rookworld_recipe(tmp_path
     from transformers import AutoTokenizer
 
     from rookgrpo.chess.data import load_rookworld
-    from rookgrpo.evaluate import evaluate
+    from rookgrpo.chess.evaluate import evaluate
     from rookgrpo.train import build_trainer
 
     texts = list(generated_lines)

@@ -55,7 +55,7 @@ def test_the_guard_panel_is_carved_from_the_grpo_positions_by_whole_positions():
 
 
 def test_the_packaged_model_knows_the_format(engine_settings):
-    from rookgrpo.evaluate import evaluate
+    from rookgrpo.chess.evaluate import evaluate
 
     # Sampled, as GRPO sees it. On the first 128 held-out rows (64 P:, 64 A:) at T=0.6, v3 writes 95% of its P:
     # answers fully well-formed (v2, whose greedy lists repeated one move: 44%), with about 62% of its B: moves legal,
@@ -72,7 +72,7 @@ def test_the_packaged_model_knows_the_format(engine_settings):
 def test_the_model_card_numbers_are_what_evaluate_prints():
     """The card says how to reproduce its table; the table must be that command's output at today's code."""
     from rookgrpo.chess.engine import EngineSettings
-    from rookgrpo.evaluate import evaluate, format_table
+    from rookgrpo.chess.evaluate import evaluate, format_table
 
     card = (TINY_ROOKWORLD / "README.md").read_text()
     # Three panels: the held-out positions, the GRPO positions (also never in the SFT data), lines SFT trained on.

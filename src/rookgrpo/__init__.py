@@ -1,4 +1,5 @@
-"""rookgrpo: a plugin for TRL's GRPOTrainer (chess and code rewards, training-dynamics callbacks, recipes).
+"""rookgrpo: a plugin for TRL's GRPOTrainer (training-dynamics callbacks, a doctor, recipes; chess, code and judge
+task packs).
 
 The public names below are imported on first use (PEP 562), so light parts of the package (the code sandbox's runner
 processes, the CLI's help) start without loading torch and TRL.
@@ -6,13 +7,14 @@ processes, the CLI's help) start without loading torch and TRL.
 
 __version__ = "0.1.0"
 
-#: The built-in callbacks: recipe name -> (module under ``rookgrpo.callbacks``, class). The callback registry loads
-#: these modules, and the package root exports these classes, so a new built-in is added here once.
+#: The core's callbacks: recipe name -> (module under ``rookgrpo.callbacks``, class). The callback registry registers
+#: these by import path, and the package root exports these classes, so a new built-in is added here once. Task packs
+#: register their own (the chess pack's ``chess_eval``).
 BUILTIN_CALLBACKS = {
     "adaptive_beta": ("adaptive_beta", "AdaptiveBeta"),
-    "chess_eval": ("chess_eval", "ChessEval"),
     "diagnostics": ("diagnostics", "Diagnostics"),
     "doctor": ("doctor", "Doctor"),
+    "heldout_eval": ("heldout_eval", "HeldoutEval"),
     "heldout_guard": ("heldout_guard", "HeldoutGuard"),
     "kl_cap": ("kl_cap", "KLCap"),
     "prompt_selection": ("selection", "PromptSelection"),
@@ -22,6 +24,7 @@ BUILTIN_CALLBACKS = {
 
 _EXPORTS = {
     **{cls: ".callbacks" for _, cls in BUILTIN_CALLBACKS.values()},
+    "ChessEval": ".chess.heldout",  # the chess pack's held-out evaluation (imports python-chess when used)
     "ConfigError": ".errors",
     "RookCallback": ".callbacks",
     "RookGRPOConfig": ".config",
@@ -31,6 +34,7 @@ _EXPORTS = {
     "get_reward": ".rewards",
     "register_callback": ".callbacks",
     "register_reward": ".rewards",
+    "register": ".registry",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

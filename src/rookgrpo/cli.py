@@ -1,4 +1,6 @@
-"""``rookgrpo`` command line: ``train`` (wraps ``accelerate launch``), ``callbacks``, ``rewards``, ``data generate``, ``evaluate``, ``plot``.
+"""``rookgrpo`` command line. Subcommands: ``train`` (wraps ``accelerate launch``), ``inspect``, ``recipes``,
+``callbacks``, ``rewards`` (``list``, ``audit``), ``data generate``, ``evaluate``, ``plot``, ``doctor``
+(``rookgrpo --help`` prints them with one line each).
 
 Errors a user can fix (:class:`~rookgrpo.errors.ConfigError`) print one clear line and exit with status 2, with no
 traceback; anything else is a bug and keeps its traceback.
@@ -16,7 +18,6 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-ACCELERATE_CONFIG_DIRS = (Path("recipes") / "accelerate",)
 # Passed to `accelerate launch` when no config file is: the values it would default to anyway, so it does not print
 # its "values were not passed" warnings. Mixed precision is the trainer's own (bf16/fp16 in the recipe).
 ACCELERATE_DEFAULTS = ("--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no")
@@ -78,14 +79,17 @@ def launch_command(argv: Sequence[str]) -> list[str]:
 
 
 def resolve_accelerate_config(name: str) -> Path:
-    """An accelerate config path, a name from ``recipes/accelerate/``, or a name of TRL's bundled configs."""
+    """An accelerate config: a file, a packaged config's name (``cpu-ddp``, ``ddp``, ``zero2``, ``zero3``,
+    ``fsdp``: found from any working directory), or the name of one of TRL's bundled configs."""
+    from .recipe import packaged_accelerate_configs
+
     path = Path(name).expanduser()
     if path.is_file():
         return path
-    for folder in ACCELERATE_CONFIG_DIRS:
-        candidate = folder / f"{name}.yaml"
-        if candidate.is_file():
-            return candidate
+    packaged = packaged_accelerate_configs()
+    stem = path.name[: -len(path.suffix)] if path.suffix in (".yaml", ".yml") else path.name
+    if stem in packaged and (path.parent == Path(".") or path.parent.name == "accelerate"):
+        return packaged[stem]
     from importlib import resources
 
     bundled = resources.files("trl.accelerate_configs").joinpath(f"{name}.yaml")
@@ -93,7 +97,7 @@ def resolve_accelerate_config(name: str) -> Path:
         return Path(str(bundled))
     raise ConfigError(
         f"accelerate_config: {name!r} is neither a file nor a known config name. Use a path, or one of "
-        "cpu-ddp, ddp, zero2, zero3, fsdp (from recipes/accelerate/, when launched from the repository root)."
+        f"{', '.join(packaged)} (packaged with rookgrpo; `rookgrpo recipes` lists them)."
     )
 
 
@@ -140,13 +144,61 @@ def _cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _cmd_recipes(args: argparse.Namespace, extra: list[str]) -> int:
+    import shutil
+
+    from .recipe import packaged_accelerate_configs, packaged_recipes
+
+    recipes, configs = packaged_recipes(), packaged_accelerate_configs()
+    if args.name is None:
+        if args.copy:
+            raise ConfigError("recipes --copy needs a NAME: `rookgrpo recipes rookworld-tiny --copy .`.")
+        print("recipes (rookgrpo train NAME, or `rookgrpo recipes NAME --copy DIR` to edit one):")
+        for name, path in recipes.items():
+            print(f"  {name:16s} {_first_comment(path)}")
+        print("accelerate configs (accelerate_config: NAME in a recipe, or --accelerate_config NAME):")
+        for name, path in configs.items():
+            print(f"  {name:16s} {_first_comment(path)}")
+        return 0
+    path = recipes.get(args.name) or configs.get(args.name)
+    if path is None:
+        import difflib
+
+        close = difflib.get_close_matches(args.name, [*recipes, *configs], n=2)
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ConfigError(f"recipes: no packaged recipe or accelerate config {args.name!r}.{hint} Packaged: "
+                          f"{', '.join([*recipes, *configs])}.")
+    if not args.copy:
+        print(path.read_text(), end="")
+        return 0
+    target = Path(args.copy).expanduser() / path.name
+    if target.exists():
+        raise ConfigError(f"recipes --copy: {target} exists; remove it or copy into another directory.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, target)
+    print(f"wrote {target} (train it with `rookgrpo train {target}`)")
+    return 0
+
+
+def _first_comment(path: Path) -> str:
+    """The first comment line of a packaged YAML file: what it is for."""
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            text = line.lstrip("# ").strip()
+            return text if len(text) <= 100 else text[:97] + "..."
+    return ""
+
+
 def _cmd_rewards(args: argparse.Namespace, extra: list[str]) -> int:
     if getattr(args, "rewards_command", None) == "audit":
-        return _cmd_rewards_audit(args)
+        return _pack_command("rookgrpo.chess.commands:rewards_audit")(args, [])
     from .rewards.registry import available_rewards, get_reward
 
     for name in available_rewards():
-        doc = (get_reward(name).__doc__ or "").strip().splitlines()
+        try:
+            doc = (get_reward(name).__doc__ or "").strip().splitlines()
+        except ConfigError as exc:  # its pack's extra is not installed: say so on its line
+            doc = [str(exc).split(": ", 1)[-1]]
         print(f"{name:24s} {doc[0] if doc else ''}")
     return 0
 
@@ -158,60 +210,42 @@ def _cmd_callbacks(args: argparse.Namespace, extra: list[str]) -> int:
         print(callback_fields_markdown(args.name))
         return 0
     for name in available_callbacks():
-        doc = (_lookup(name).__doc__ or "").strip().splitlines()
+        try:
+            doc = (_lookup(name).__doc__ or "").strip().splitlines()
+        except ConfigError as exc:  # its pack's extra is not installed: say so on its line
+            doc = [str(exc).split(": ", 1)[-1]]
         print(f"{name:24s} {doc[0].replace('``', '') if doc else ''}")
     return 0
 
 
-def _cmd_rewards_audit(args: argparse.Namespace) -> int:
-    import time
-
-    from .chess.data import load_rookworld
-    from .rewards.audit import audit, format_tables, recipe_rewards
-
-    recipe = _read_yaml(args.recipe)
-    if args.depth is not None:
-        recipe["stockfish_depth"] = args.depth
-    funcs, weights, settings = recipe_rewards(recipe)
-    if any(getattr(f, "__name__", "") in ("code_exec", "code_format") for f in funcs):
-        return _audit_code(args, recipe, funcs, weights)
-    names = [getattr(f, "__name__", type(f).__name__) for f in funcs]
-    print(f"recipe {args.recipe}: rewards {', '.join(f'{n} x {w:g}' for n, w in zip(names, weights))}; "
-          f"Stockfish depth {settings.depth}, nodes {settings.nodes}\n")
-    report = []
-    for data in args.data:
-        start = time.perf_counter()
-        lines = load_rookworld(data)["text"]
-        tables = audit(funcs, weights, lines, settings, n=args.n, seed=args.seed, title=f"{data}: ")
-        print(format_tables(tables))
-        print(f"({time.perf_counter() - start:.1f} s)\n")
-        report.append({"data": data, "tables": [t.as_dict() for t in tables]})
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"recipe": args.recipe, "weights": weights, "rewards": names,
-                                               "depth": settings.depth, "data": report}, indent=2))
-        print(f"wrote {args.json}")
-    return 0
+def _add_engine_args(p: argparse.ArgumentParser, depth: int = 10) -> None:
+    p.add_argument("--stockfish-path", default=None, help="Stockfish binary (default: found on PATH)")
+    p.add_argument("--depth", type=int, default=depth, help=f"search depth (default {depth})")
+    p.add_argument("--nodes", type=int, default=None, help="node limit per analysis (instead of/with depth)")
+    p.add_argument("--workers", type=int, default=None, help="Stockfish processes (default min(cores, 4))")
 
 
+def _pack_command(target: str):
+    """A task pack's command, imported when run (a missing extra is one line naming it)."""
 
-def _audit_code(args: argparse.Namespace, recipe: dict, funcs: list, weights: list[float]) -> int:
-    """The code branch of `rewards audit`: degenerate programs on the recipe's problems (its dataset_name)."""
-    from .data import load_recipe_dataset
-    from .rewards.code_audit import code_audit, format_code_audit
+    def run(args: argparse.Namespace, extra: list[str]) -> int:
+        import importlib
 
-    data = recipe.get("dataset_name")
-    names = [getattr(f, "__name__", type(f).__name__) for f in funcs]
-    print(f"recipe {args.recipe}: rewards {', '.join(f'{n} x {w:g}' for n, w in zip(names, weights))}; data {data}\n")
-    rows = list(load_recipe_dataset(data))
-    result = code_audit(funcs, weights, rows, n=args.n)
-    print(format_code_audit(result))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"recipe": args.recipe, "weights": weights, "rewards": names,
-                                               "data": data, **result}, indent=2))
-        print(f"wrote {args.json}")
-    return 0
+        from .registry import BUILTIN_PACKS, Entry, extra_message, missing_extra
+
+        module, _, attr = target.partition(":")
+        pack = next(p for p in BUILTIN_PACKS if p.rsplit(".", 1)[0] == module.rsplit(".", 1)[0])
+        extra_name, modules = BUILTIN_PACKS[pack]
+        try:
+            func = getattr(importlib.import_module(module), attr)
+        except ImportError as exc:
+            entry = Entry(target, pack.split(".")[1], extra_name, modules)
+            if missing_extra(exc, entry):
+                raise ConfigError(extra_message(f"`rookgrpo {args.command}`", entry, exc)) from None
+            raise
+        return func(args) if attr == "rewards_audit" else func(args, extra)
+
+    return run
 
 
 def _cmd_plot(args: argparse.Namespace, extra: list[str]) -> int:
@@ -235,55 +269,6 @@ def _cmd_inspect(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def _engine_settings(args: argparse.Namespace):
-    from .chess.engine import EngineSettings
-
-    return EngineSettings(path=args.stockfish_path, depth=args.depth, nodes=args.nodes, workers=args.workers)
-
-
-def _add_engine_args(p: argparse.ArgumentParser, depth: int = 10) -> None:
-    p.add_argument("--stockfish-path", default=None, help="Stockfish binary (default: found on PATH)")
-    p.add_argument("--depth", type=int, default=depth, help=f"search depth (default {depth})")
-    p.add_argument("--nodes", type=int, default=None, help="node limit per analysis (instead of/with depth)")
-    p.add_argument("--workers", type=int, default=None, help="Stockfish processes (default min(cores, 4))")
-
-
-def _cmd_data_generate(args: argparse.Namespace, extra: list[str]) -> int:
-    from .chess.data import generate, write_lines
-
-    lines = generate(args.n, tasks=args.tasks.split(","), seed=args.seed, settings=_engine_settings(args),
-                     layout=args.layout, a_share=args.a_share, max_plies=args.max_plies)
-    write_lines(lines, args.out)
-    print(f"wrote {len(lines)} lines to {args.out}")
-    return 0
-
-
-def _cmd_evaluate(args: argparse.Namespace, extra: list[str]) -> int:
-    from .evaluate import evaluate, format_table, write_json
-
-    if args.samples:
-        return _cmd_headroom(args)
-
-    metrics = evaluate(args.model, args.data, n=args.n, batch_size=args.batch_size,
-                       max_new_tokens=args.max_new_tokens, settings=_engine_settings(args),
-                       temperature=args.temperature, seed=args.seed, device=args.device)
-    print(format_table(metrics))
-    if args.baseline:
-        from .evaluate import format_comparison
-
-        if not Path(args.baseline).is_file():
-            raise ConfigError(f"--baseline: {args.baseline} does not exist; give an earlier `rookgrpo evaluate` JSON.")
-        print(f"\ncompared with {args.baseline}:")
-        baseline = json.loads(Path(args.baseline).read_text())
-        # A model's build_info.json (scripts/build_tiny_model.py) holds its evaluation under "eval".
-        baseline = baseline["eval"] if isinstance(baseline.get("eval"), dict) else baseline
-        print(format_comparison(baseline, metrics))
-    out = args.out or str(Path(args.model if Path(args.model).is_dir() else ".") / "eval.json")
-    write_json(metrics, out)
-    print(f"wrote {out}")
-    return 0
-
-
 def _parse_pairs(items: list[str] | None, flag: str, form: str) -> dict[str, float]:
     """``NAME=VALUE`` items as {name: float}, or a ConfigError naming ``flag`` and the ``form`` it takes."""
     out = {}
@@ -296,26 +281,6 @@ def _parse_pairs(items: list[str] | None, flag: str, form: str) -> dict[str, flo
         if not sep or not name:
             raise ConfigError(f"{flag}: expected {form}, got {item!r}.")
     return out
-
-
-def _parse_task_temperatures(items: list[str] | None) -> dict[str, float]:
-    return _parse_pairs(items, "--task-temperature", "TASK=T (e.g. P=0.5 A=0.6)")
-
-
-def _cmd_headroom(args: argparse.Namespace) -> int:
-    from .evaluate import format_headroom, headroom, write_json
-
-    temps = _parse_task_temperatures(args.task_temperature)
-    if args.temperature:
-        temps = {"P": args.temperature, "A": args.temperature, **temps}
-    result = headroom(args.model, args.data, samples=args.samples, temperatures=temps, n=args.n,
-                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, settings=_engine_settings(args),
-                      seed=args.seed, device=args.device)
-    print(format_headroom(result))
-    if args.out:
-        write_json(result, args.out)
-        print(f"wrote {args.out}")
-    return 0
 
 
 def _cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
@@ -344,8 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
         "train",
         help="train from a recipe through `accelerate launch` (extra --field value flags override the recipe)",
     )
-    p.add_argument("recipe", help="recipe YAML, e.g. recipes/rookworld-tiny.yaml")
+    p.add_argument("recipe", help="recipe YAML, or a packaged recipe's name (e.g. rookworld-tiny; `rookgrpo recipes`)")
     p.set_defaults(func=_cmd_train, allow_extra=True)
+    p = sub.add_parser("recipes", help="list the packaged recipes and accelerate configs; `recipes NAME --copy DIR` "
+                                       "writes one out to edit")
+    p.add_argument("name", nargs="?", default=None, help="a packaged recipe or accelerate config (e.g. rookworld-tiny)")
+    p.add_argument("--copy", default=None, metavar="DIR", help="write NAME.yaml into DIR (refuses to overwrite)")
+    p.set_defaults(func=_cmd_recipes, allow_extra=False)
     p = sub.add_parser(
         "inspect",
         help="one real training step of a recipe on one batch, printed phase by phase (one process, no launch)",
@@ -384,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-plies", type=int, default=160,
                    help="stop each game after this many plies (default 160); e.g. 24 keeps positions in the opening")
     _add_engine_args(g)
-    g.set_defaults(func=_cmd_data_generate, allow_extra=False)
+    g.set_defaults(func=_pack_command("rookgrpo.chess.commands:data_generate"), allow_extra=False)
     p = sub.add_parser("evaluate", help="greedy completions on RookWorld prompts, scored with Stockfish")
     p.add_argument("--model", required=True, help="model path, hub id or rookgrpo/<name>")
     p.add_argument("--data", required=True, help="RookWorld data: .txt/.jsonl/.parquet file, directory or hub id")
@@ -407,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default=None,
                    help="an earlier evaluation's JSON (or a model's build_info.json): also print before → after")
     _add_engine_args(p)
-    p.set_defaults(func=_cmd_evaluate, allow_extra=False)
+    p.set_defaults(func=_pack_command("rookgrpo.chess.commands:evaluate_command"), allow_extra=False)
     p = sub.add_parser("plot", help="plot reward, KL, beta and zero-std share of a run (PNG + text curve)")
     p.add_argument("run_dir", help="a run's output_dir (holds trainer_state.json or checkpoint-*/)")
     p.add_argument("--out", default=None, help="PNG path (default RUN_DIR/training_curves.png)")

@@ -164,36 +164,38 @@ class RookScriptArguments(ScriptArguments):
     dataset_format: str = field(
         default="auto",
         metadata={
-            "help": "`prompt`: rows already have a prompt column. `rookworld`: a `text` column of RookWorld P:/A: lines, "
-            "split into prompt/completion/task/fen (hub A: rows get their `A: ` prefix). `open-r1`: code problems "
-            "with a `verification_info` column, turned into `tests`. `auto`: rookworld when there is a `text` "
-            "column and no prompt column.",
-            "choices": ["auto", "prompt", "rookworld", "open-r1"],
+            "help": "How rows become prompts: `prompt` (rows have a prompt column), a format a task pack registers "
+            "(`rookworld`: a `text` column of RookWorld P:/A: lines, split into prompt/completion/task/fen; "
+            "`open-r1`: code problems with `verification_info`, turned into `tests`), or your own as "
+            "`pkg.module:function` / `file.py:function`. `auto`: `prompt` when the prompt column is there, else the "
+            "pack format whose columns match (rookworld: a `text` column)."
         },
     )
     dataset_tasks: list[str] | None = field(
         default=None,
-        metadata={"help": "RookWorld tasks to keep, e.g. `[P]` for the policy task only. Default: all."},
+        metadata={"help": "Tasks to keep, for formats with several (RookWorld: `[P]` for the policy task only). "
+                          "Default: all."},
     )
     reward_funcs: list[str] | None = field(
         default=None,
         metadata={
             "help": "Reward functions: registered names (see `rookgrpo rewards`), `pkg.module:function`, "
-            "`path/to/file.py:function`, or a reward-model id / directory."
+            "`path/to/file.py:function`, or a reward-model id / directory. In a recipe an entry can take arguments: "
+            "`- {name: chess_move_rank, depth: 12}`."
         },
     )
     callbacks: list[str] | None = field(
         default=None,
         metadata={
-            "help": "Training callbacks: registered names or `pkg.module:Class`. In a recipe an entry can be a "
+            "help": "Training callbacks: registered names, `pkg.module:Class` or `file.py:Class`. In a recipe an entry can be a "
             "mapping with arguments, e.g. `- {name: my_callback, arg: 1}` or `- my_callback: {arg: 1}`."
         },
     )
     accelerate_config: str | None = field(
         default=None,
         metadata={
-            "help": "Used by `rookgrpo train`: an accelerate config file, or a name from `recipes/accelerate/` "
-            "(`cpu-ddp`, `ddp`, `zero2`, `zero3`, `fsdp`) or from TRL's bundled configs."
+            "help": "Used by `rookgrpo train`: an accelerate config file, or the name of one packaged with rookgrpo "
+            "(`cpu-ddp`, `ddp`, `zero2`, `zero3`, `fsdp`; `rookgrpo recipes` lists them) or bundled with TRL."
         },
     )
     num_processes: int | None = field(

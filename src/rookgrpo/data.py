@@ -76,20 +76,41 @@ def prepare_prompt_column(dataset: Any, prompt_column: str) -> Any:
     return dataset.rename_column(prompt_column, "prompt")
 
 
+def prompt_format(dataset: Any, prompt_column: str = "prompt", tasks: Any = None) -> Any:
+    """The ``prompt`` dataset format: rows as they are, the prompt column renamed to ``prompt``."""
+    return prepare_prompt_column(dataset, prompt_column)
+
+
+def apply_format(dataset: Any, fmt: Any = "auto", prompt_column: str = "prompt", tasks: Any = None) -> Any:
+    """Turn ``dataset`` into rows TRL trains on, with the dataset format ``fmt``: ``auto``, ``prompt``, a format a
+    task pack registered (``rookworld``, ``open-r1``), or one of your own in the registry's grammar
+    (``my_task.py:my_format``, a function ``(dataset, prompt_column, tasks) -> dataset``).
+
+    ``auto`` keeps data that has the prompt column as it is, and otherwise asks the registered formats' detectors
+    (``rookworld``: a ``text`` column of RookWorld lines).
+    """
+    from .registry import call_with, detect_format, load, split_spec
+
+    name, kwargs = split_spec(fmt, "format")
+    if name == "auto":
+        columns = list(dataset.column_names or [])
+        name = "prompt" if prompt_column in columns else (detect_format(columns, prompt_column) or "prompt")
+    func = load("format", name) if isinstance(name, str) else name
+    if not callable(func):
+        raise ConfigError(f"dataset_format: {name!r} is not a function (dataset, prompt_column, tasks) -> dataset.")
+    if kwargs:
+        func = call_with(func, kwargs, "format", str(name)) if isinstance(func, type) else \
+            _partial(func, kwargs)
+    return func(dataset, prompt_column=prompt_column, tasks=tasks)
+
+
+def _partial(func, kwargs):
+    import functools
+
+    return functools.partial(func, **kwargs)
+
+
 def prepare_dataset(dataset: Any, script_args: Any) -> Any:
-    """Apply the recipe's ``dataset_format``: RookWorld lines become prompt/completion rows; else rename the prompt."""
-    fmt = script_args.dataset_format
-    columns = dataset.column_names or []
-    if fmt == "auto":
-        fmt = "rookworld" if "text" in columns and script_args.dataset_prompt_column not in columns else "prompt"
-    if fmt == "rookworld":
-        from .chess.data import prepare_rookworld
-
-        return prepare_rookworld(dataset, script_args.dataset_tasks)
-    if fmt == "open-r1":
-        from .code.problems import prepare_verification_dataset
-
-        return prepare_verification_dataset(dataset, script_args.dataset_prompt_column)
-    if fmt != "prompt":
-        raise ConfigError(f"dataset_format: expected auto, prompt, rookworld or open-r1, got {fmt!r}.")
-    return prepare_prompt_column(dataset, script_args.dataset_prompt_column)
+    """Apply the recipe's ``dataset_format`` (:func:`apply_format`) with its prompt column and tasks."""
+    return apply_format(dataset, script_args.dataset_format, script_args.dataset_prompt_column,
+                        script_args.dataset_tasks)

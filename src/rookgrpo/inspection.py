@@ -15,7 +15,7 @@ from typing import Any
 
 from .callbacks.base import RookCallback
 from .callbacks.diagnostics import kl_share, kl_term
-from .evaluate import mean_se
+from .evaluation import mean_se
 
 
 class StepRecorder(RookCallback):

@@ -20,17 +20,61 @@ from .errors import ConfigError
 DATACLASSES = (RookScriptArguments, RookGRPOConfig, ModelConfig)
 
 
+#: The recipes and accelerate configs that ship inside the package (``rookgrpo recipes`` lists them).
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
+ACCELERATE_DIR = RECIPES_DIR / "accelerate"
+
+
+def packaged_recipes() -> dict[str, Path]:
+    """Name -> file of every packaged recipe.
+
+    >>> sorted(packaged_recipes())[:3]
+    ['chess-smoke', 'code', 'judge']
+    """
+    return {p.stem: p for p in sorted(RECIPES_DIR.glob("*.yaml"))}
+
+
+def packaged_accelerate_configs() -> dict[str, Path]:
+    """Name -> file of every packaged accelerate config (``cpu-ddp``, ``ddp``, ``zero2``, ...)."""
+    return {p.stem: p for p in sorted(ACCELERATE_DIR.glob("*.yaml"))}
+
+
+def resolve_recipe(name_or_path: str) -> Path:
+    """A recipe file: an existing path, else a packaged recipe's name (``rookworld-tiny``, or ``recipes/<name>.yaml``
+    as the docs write it, which then also works outside the repository).
+
+    >>> resolve_recipe("smoke").name
+    'smoke.yaml'
+    >>> resolve_recipe("rookworld-tiy")
+    Traceback (most recent call last):
+    ...
+    rookgrpo.errors.ConfigError: recipe 'rookworld-tiy' does not exist and is not a packaged recipe. Did you mean 'rookworld-tiny' or 'rookworld'? Packaged: chess-smoke, code, judge, rookworld-tiny, rookworld, smoke (`rookgrpo recipes` lists them; `rookgrpo recipes NAME --copy DIR` writes one out to edit).
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    known = packaged_recipes()
+    stem = path.name[: -len(path.suffix)] if path.suffix in (".yaml", ".yml") else path.name
+    if stem in known and (path.parent == Path(".") or path.parent.name == "recipes"):
+        return known[stem]
+    close = difflib.get_close_matches(stem, list(known), n=2)
+    hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+    raise ConfigError(f"recipe {name_or_path!r} does not exist and is not a packaged recipe.{hint} Packaged: "
+                      f"{', '.join(known)} (`rookgrpo recipes` lists them; `rookgrpo recipes NAME --copy DIR` writes "
+                      "one out to edit).")
+
+
 def normalize_argv(argv: Sequence[str]) -> list[str]:
-    """Accept ``RECIPE.yaml [flags]`` as well as TRL's ``--config RECIPE.yaml [flags]``."""
+    """Accept ``RECIPE [flags]`` as well as TRL's ``--config RECIPE [flags]``; RECIPE is a YAML file or the name of a
+    packaged recipe, resolved to its file here."""
     argv = list(argv)
-    if argv and not argv[0].startswith("-") and argv[0].endswith((".yaml", ".yml")):
+    if argv and not argv[0].startswith("-"):
         argv = ["--config", argv[0], *argv[1:]]
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
-            raise ConfigError("--config needs a recipe path, e.g. `rookgrpo train recipes/rookworld-tiny.yaml`.")
-        if not Path(argv[i + 1]).is_file():
-            raise ConfigError(f"recipe {argv[i + 1]!r} does not exist.")
+            raise ConfigError("--config needs a recipe, e.g. `rookgrpo train rookworld-tiny` or a YAML file.")
+        argv[i + 1] = str(resolve_recipe(argv[i + 1]))
     return argv
 
 

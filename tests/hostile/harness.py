@@ -17,7 +17,7 @@ from pathlib import Path
 from hostile.corpus import HOSTILE, PLAUSIBLE
 from rookgrpo.code.pool import START_MARGIN
 from rookgrpo.code.sandbox import SANDBOX_UID_BASE, UIDS_PER_PROCESS, SandboxLimits, processes_of_uids
-from rookgrpo.rewards.code import CodeExec
+from rookgrpo.code.reward import CodeExec
 
 SQ_TESTS = json.dumps({"type": "asserts", "entry_point": "sq",
                        "code": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"})

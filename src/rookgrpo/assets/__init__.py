@@ -1,7 +1,9 @@
 """Short names for the models and datasets rookgrpo ships or builds, so recipes work with no network.
 
 ``rookgrpo/<name>`` in ``model_name_or_path`` or ``dataset_name`` resolves here first; any other string is left for
-transformers/datasets to load (hub id or local path). Packaged files live next to this module.
+transformers/datasets to load (hub id or local path). The core packages a smoke model and prompts; task packs
+register theirs (:func:`register_model`, :func:`register_dataset`; the chess pack's model and positions ship in this
+folder).
 """
 
 from __future__ import annotations
@@ -24,109 +26,61 @@ def _tiny_random() -> Path:
     return build_tiny_gpt2(cache_dir() / "models" / "tiny-random-v2", TinyGPT2Spec())
 
 
+#: Files of the chess pack's packaged model (registered by ``rookgrpo.chess.pack``; they ship in this folder).
 TINY_ROOKWORLD = ASSETS_DIR / "tiny-rookworld"
 
 
-def _tiny_rookworld() -> Path:
-    """The packaged SFT chess model (made by scripts/build_tiny_model.py; see its README.md model card)."""
-    if not (TINY_ROOKWORLD / "model.safetensors").exists():
-        from ..errors import ConfigError
+def register_model(name: str, build) -> None:
+    """Make ``rookgrpo/<name>`` a packaged model: ``build()`` returns its local directory (building it on first use),
+    or an import path ``"pkg.module:function"`` to such a function."""
+    from ..registry import register
 
-        raise ConfigError(
-            f"model_name_or_path: rookgrpo/tiny-rookworld is not in this installation ({TINY_ROOKWORLD} has no "
-            "model.safetensors). Rebuild it with `python scripts/build_tiny_model.py` from a source checkout."
-        )
-    return TINY_ROOKWORLD
+    register("model", name, build)
 
 
-def _fill_in_judge() -> Path:
-    from ..models.judge import build_fill_in_judge
+def register_dataset(name: str, source) -> None:
+    """Make ``rookgrpo/<name>`` a packaged dataset: a data file (``Path``), a function returning a
+    ``datasets.Dataset``, or an import path ``"pkg.module:function"`` to one."""
+    from ..registry import register
 
-    return build_fill_in_judge(cache_dir() / "models" / "fill-in-judge-v1")
-
-
-# name → callable returning a local directory (packaged, or built on first use).
-MODELS = {
-    "tiny-random": _tiny_random,
-    "tiny-rookworld": _tiny_rookworld,
-    "fill-in-judge": _fill_in_judge,  # a sequence-classification judge for judge-scored GRPO (rookgrpo/judge.py)
-}
-def _code_rows(source: str, chat: bool):
-    def build():
-        from datasets import Dataset
-
-        from ..code.problems import builtin_rows, humaneval_rows
-
-        rows = humaneval_rows() if source == "humaneval" else builtin_rows()
-        if chat:  # conversational prompts, for instruct models (TRL applies the chat template)
-            rows = [{**r, "prompt": [{"role": "user", "content": r["prompt"]}]} for r in rows]
-        return Dataset.from_list(rows)
-
-    return build
+    register("dataset", name, source)
 
 
-# name → packaged data file.
-DATASETS = {
-    "smoke-prompts": ASSETS_DIR / "smoke_prompts.jsonl",
-    # RookWorld lines (compact layout) shipped with the tiny model: GRPO positions, held-out evaluation positions and a
-    # sample of the lines its SFT stage trained on (to set its held-out numbers against).
-    "tiny-rookworld-train": TINY_ROOKWORLD / "train_positions.txt",
-    "tiny-rookworld-eval": TINY_ROOKWORLD / "eval_positions.txt",
-    "tiny-rookworld-sft-sample": TINY_ROOKWORLD / "sft_sample.txt",
-}
+def _core_assets() -> None:
+    register_model("tiny-random", _tiny_random)
+    register_dataset("smoke-prompts", ASSETS_DIR / "smoke_prompts.jsonl")
 
 
-# The guard's validation panel: whole positions taken from the end of the GRPO positions (96 P: and 32 A: lines, the
-# held-out panels' A: share), so a checkpoint is chosen on positions that are neither trained on nor reported.
-VAL_POLICY, VAL_ENV = 96, 32
+_core_assets()
 
 
-def _grpo_positions(part: str):
-    def build():
-        from datasets import Dataset
+def packaged_models() -> list[str]:
+    """The ``rookgrpo/<name>`` models of the core and of every loaded task pack."""
+    from ..registry import names
 
-        from ..chess.data import split_by_position
-
-        lines = DATASETS["tiny-rookworld-train"].read_text().splitlines()
-        rest, val = split_by_position(lines, VAL_POLICY, VAL_ENV)
-        return Dataset.from_dict({"text": val if part == "val" else rest})
-
-    return build
+    return names("model")
 
 
-def _fill_in_rows():
-    from datasets import Dataset
+def packaged_datasets() -> list[str]:
+    from ..registry import names
 
-    from ..models.judge import fill_in_prompts
-
-    return Dataset.from_dict({"prompt": fill_in_prompts(1024, seed=0)})
-
-
-# name → builder returning a datasets.Dataset (data that ships inside a dependency, e.g. HumanEval, or generated).
-DATASET_BUILDERS = {
-    "fill-in-prompts": _fill_in_rows,
-    # The GRPO positions split for a run with a held-out guard: it trains on -grpo and selects checkpoints on -val;
-    # -eval, the reported panel, is disjoint from both.
-    "tiny-rookworld-grpo": _grpo_positions("grpo"),
-    "tiny-rookworld-val": _grpo_positions("val"),
-    "humaneval": _code_rows("humaneval", chat=False),
-    "humaneval-chat": _code_rows("humaneval", chat=True),
-    "code-builtin": _code_rows("builtin", chat=False),
-    "code-builtin-chat": _code_rows("builtin", chat=True),
-}
+    return names("dataset")
 
 
 def resolve_model(name_or_path: str) -> str:
     """Map ``rookgrpo/<name>`` to a local model directory; return anything else unchanged."""
     if isinstance(name_or_path, str) and name_or_path.startswith(PREFIX) and not Path(name_or_path).exists():
+        from ..registry import lookup, registered
+
         key = name_or_path[len(PREFIX):]
-        if key in MODELS:
-            return str(_on_local_main_process_first(MODELS[key]))
+        if registered("model", key):
+            return str(_on_local_main_process_first(lookup("model", key)))
         from ..errors import ConfigError
 
         raise ConfigError(
             f"model_name_or_path: {name_or_path!r} is not a packaged rookgrpo model. Packaged: "
-            f"{', '.join(PREFIX + k for k in MODELS)}. For a hub model use its id, for a local one its directory."
+            f"{', '.join(PREFIX + k for k in packaged_models())}. For a hub model use its id, for a local one its "
+            "directory."
         )
     return name_or_path
 
@@ -146,21 +100,31 @@ def _on_local_main_process_first(build):
 def packaged_dataset_builder(name: str):
     """The builder for a built-on-demand packaged dataset (``rookgrpo/humaneval``, ...), or ``None``."""
     if isinstance(name, str) and name.startswith(PREFIX) and not Path(name).exists():
-        return DATASET_BUILDERS.get(name[len(PREFIX):])
+        from ..registry import lookup, registered
+
+        key = name[len(PREFIX):]
+        if registered("dataset", key):
+            source = lookup("dataset", key)
+            return None if isinstance(source, Path) else source
     return None
 
 
 def resolve_dataset(name_or_path: str) -> str:
     """Map ``rookgrpo/<name>`` to a packaged data file; return anything else unchanged."""
     if isinstance(name_or_path, str) and name_or_path.startswith(PREFIX) and not Path(name_or_path).exists():
+        from ..registry import lookup, registered
+
         key = name_or_path[len(PREFIX):]
-        if key in DATASETS:
-            return str(DATASETS[key])
+        if registered("dataset", key):
+            source = lookup("dataset", key)
+            if isinstance(source, Path):
+                return str(source)
+            return name_or_path  # built on demand (packaged_dataset_builder)
         from ..errors import ConfigError
 
         raise ConfigError(
             f"dataset_name: {name_or_path!r} is not a packaged rookgrpo dataset. Packaged: "
-            f"{', '.join(PREFIX + k for k in [*DATASETS, *DATASET_BUILDERS])}. For a hub dataset use its id, for "
-            "local data a path."
+            f"{', '.join(PREFIX + k for k in packaged_datasets())}. For a hub dataset use its id, for local data a "
+            "path."
         )
     return name_or_path

@@ -3,10 +3,10 @@ last step's.
 
 Why: GRPO can raise the training reward while held-out quality falls (the packaged chess model's A: answers under
 `make train`'s recipe; the public RookWorld sweep). Without a guard a user gets back the last step's weights whatever
-happened to them. With it, every time a held-out metric is logged (``chess_eval``'s ``heldout/*``, or an
-evaluation's ``eval_*``) the guard scores the step (:class:`~rookgrpo.dynamics.heldout.HeldoutScore`: one metric, or a
+happened to them. With it, every time a held-out metric is logged (``heldout/*`` from ``heldout_eval`` or a task
+pack's evaluation such as ``chess_eval``, or an evaluation's ``eval_*``) the guard scores the step (:class:`~rookgrpo.dynamics.heldout.HeldoutScore`: one metric, or a
 weighted sum of several), keeps a copy of the trainable weights of the best step so far (the starting weights count,
-scored by ``chess_eval``'s evaluation before the first step), and at the end of training loads them back and logs
+scored by the held-out evaluation before the first step), and at the end of training loads them back and logs
 one line naming the step, its score and the last evaluation's. The checkpoint saved after training then holds them.
 
 Select on a panel of its own: the score a guard selects on is optimistic for the chosen step, so the numbers a run
@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 from ..dynamics.heldout import HeldoutScore, parse_metric
 from ..errors import ConfigError
+from ..trl_compat import pending_metrics
 from .base import RookCallback
 from .registry import register_callback
 
@@ -39,8 +40,8 @@ class HeldoutGuard(RookCallback):
     """Keep the weights of the best held-out evaluation and restore them at the end (see the module docstring).
 
     Args:
-        metric: the logged metric to select on (``heldout/...`` from ``chess_eval``, ``eval_...`` from an
-            evaluation), or a mapping of such names to weights, whose weighted sum is the score.
+        metric: the logged metric to select on (``heldout/...`` from ``heldout_eval`` or ``chess_eval``, ``eval_...``
+            from an evaluation), or a mapping of such names to weights, whose weighted sum is the score.
         mode: ``"max"`` (higher is better, the default) or ``"min"`` (e.g. ``eval_loss``).
         min_delta: a later step must beat the best by more than this to replace it, so evaluation noise alone does not
             move the choice.
@@ -73,13 +74,15 @@ class HeldoutGuard(RookCallback):
         names = list(self.score.metric)
         if any(n.startswith("eval_") for n in names) and str(trainer.args.eval_strategy) in ("no", "IntervalStrategy.NO"):
             raise ConfigError(f"heldout_guard: metric {names} needs evaluations, but eval_strategy is 'no'. Set "
-                              "eval_strategy (and an eval_dataset), or select on chess_eval's heldout/* metrics.")
-        from .chess_eval import ChessEval
+                              "eval_strategy (and an eval_dataset), or select on a held-out evaluation's heldout/* "
+                              "metrics (heldout_eval, chess_eval).")
+        from .heldout_eval import HeldoutEval
 
         if any(n.startswith("heldout/") for n in names) and not any(
-                isinstance(cb, ChessEval) for cb in trainer.callback_handler.callbacks):
-            logger.warning("%s is logged by chess_eval, which this run does not have; unless another "
-                           "callback logs it, the guard will keep the last step's weights.", names)
+                isinstance(cb, HeldoutEval) for cb in trainer.callback_handler.callbacks):
+            logger.warning("%s is logged by a held-out evaluation (heldout_eval, or a task pack's such as "
+                           "chess_eval), which this run does not have; unless another callback logs it, the guard "
+                           "will keep the last step's weights.", names)
 
     # ---- the weights ----------------------------------------------------------------------------------------------
 
@@ -105,10 +108,10 @@ class HeldoutGuard(RookCallback):
             self.start = self._copy()
 
     def before_log(self, trainer, logs: dict) -> None:
-        """Score this log entry's held-out metrics (an evaluation's ``eval_*`` in ``logs``, or ``chess_eval``'s values
+        """Score this log entry's held-out metrics (an evaluation's ``eval_*`` in ``logs``, or ``heldout/*`` values
         that TRL is about to average into it) at the current step, whose weights the model still holds."""
         self._observe_start(trainer.state)
-        pending = trainer._metrics["train"]
+        pending = pending_metrics(trainer)
         entry = {**{k: sum(v) / len(v) for k, v in pending.items() if k in self.score.metric and v}, **logs}
         value = self.score.score_of(entry)
         step = trainer.state.global_step
@@ -122,7 +125,7 @@ class HeldoutGuard(RookCallback):
         logs["heldout_guard/score"] = value
 
     def _observe_start(self, state) -> None:
-        """Score the starting weights from chess_eval's evaluation before the first step (logged at step 0)."""
+        """Score the starting weights from the held-out evaluation before the first step (logged at step 0)."""
         if self.start is None or 0 in self.score.scores:
             return
         for step, value in self.score.update([e for e in state.log_history if e.get("step") == 0]):

@@ -1,24 +1,23 @@
-"""Name → callback registry, and the resolver for a recipe's ``callbacks`` entries.
+"""The callbacks' side of rookgrpo's one registry (:mod:`rookgrpo.registry`), and the resolver for a recipe's
+``callbacks`` entries.
 
-An entry is a registered name (``"my_callback"``), a dotted path (``"pkg.module:Class"``), a mapping with arguments
-(``{"name": "my_callback", "arg": 1}`` or ``{"my_callback": {"arg": 1}}``), a ``TrainerCallback`` class, or an
-instance. Names and arguments are checked when the trainer is built, so a typo fails before training starts.
+An entry is in the registry's grammar: a registered name (``"my_callback"``), an import or file path
+(``"pkg.module:Class"``, ``"my_callbacks.py:Class"``), either with arguments (``{"name": "my_callback", "arg": 1}`` or
+``{"my_callback": {"arg": 1}}``); from Python also a ``TrainerCallback`` class or instance. Names and arguments are
+checked when the trainer is built, so a typo fails before training starts.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import inspect
-import json
 import re
 from typing import Any
 
 from transformers import TrainerCallback
 
+from .. import registry
 from ..errors import ConfigError
 
-_REGISTRY: dict[str, type[TrainerCallback]] = {}
 
 
 def register_callback(name: str):
@@ -27,16 +26,15 @@ def register_callback(name: str):
     def decorator(cls):
         if not (inspect.isclass(cls) and issubclass(cls, TrainerCallback)):
             raise TypeError(f"register_callback({name!r}) expects a TrainerCallback subclass, got {cls!r}")
-        _REGISTRY[name] = cls
+        registry.register("callback", name, cls, replace=True)
         return cls
 
     return decorator
 
 
 def available_callbacks() -> list[str]:
-    """Sorted names of all registered callbacks, the built-in ones included."""
-    _load_builtin_callbacks()
-    return sorted(_REGISTRY)
+    """Sorted names of all registered callbacks: the core's, every task pack's, and any registered by a user."""
+    return registry.names("callback")
 
 
 def resolve_callbacks(specs: Any) -> list[Any] | None:
@@ -54,62 +52,18 @@ def resolve_callback(spec: Any) -> TrainerCallback:
         return spec
     if inspect.isclass(spec) and issubclass(spec, TrainerCallback):
         return spec()
-    if isinstance(spec, str) and spec.lstrip().startswith("{"):
-        try:
-            spec = json.loads(spec)  # `--callbacks '{"name": "x", "arg": 1}'` on the command line
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"callbacks: {spec!r} is not valid JSON ({exc}).") from exc
-    if isinstance(spec, str):
-        name, kwargs = spec, {}
-    elif isinstance(spec, dict):
-        spec = dict(spec)
-        if "name" in spec:
-            name, kwargs = spec.pop("name"), spec
-        elif len(spec) == 1:
-            (name, kwargs), = spec.items()
-            kwargs = dict(kwargs or {})
-        else:
-            raise ConfigError(
-                f"callbacks: entry {spec!r} has no 'name'. Write it as {{name: my_callback, arg: 1}} or "
-                "{my_callback: {arg: 1}}."
-            )
-    else:
+    name, kwargs = registry.split_spec(spec, "callback")
+    if not isinstance(name, str):
         raise ConfigError(f"callbacks: entry {spec!r} is a {type(spec).__name__}; expected a name or a mapping.")
     cls = _lookup(name)
-    try:
-        inspect.signature(cls).bind(**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"callbacks: bad arguments for {name!r}: {exc}. Signature: {cls.__name__}{inspect.signature(cls)}") from exc
-    return cls(**kwargs)
+    return registry.call_with(cls, kwargs, "callback", name)
 
 
 def _lookup(name: str) -> type[TrainerCallback]:
-    _load_builtin_callbacks()
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    if ":" in name or "." in name:
-        module_name, _, attr = name.rpartition(":") if ":" in name else name.rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise ConfigError(f"callbacks: cannot load {name!r}: {exc}.") from exc
-        if not (inspect.isclass(cls) and issubclass(cls, TrainerCallback)):
-            raise ConfigError(f"callbacks: {name!r} is not a transformers.TrainerCallback subclass.")
-        return cls
-    close = difflib.get_close_matches(name, list(_REGISTRY), n=3)
-    hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-    raise ConfigError(
-        f"callbacks: unknown callback {name!r}.{hint} Registered: {', '.join(sorted(_REGISTRY)) or '(none)'}; "
-        "or give a dotted path 'pkg.module:Class'."
-    )
-
-
-def _load_builtin_callbacks() -> None:
-    """Import the built-in callback modules (``rookgrpo.BUILTIN_CALLBACKS``); each registers itself on import."""
-    from .. import BUILTIN_CALLBACKS
-
-    for module, _ in BUILTIN_CALLBACKS.values():
-        importlib.import_module(f"rookgrpo.callbacks.{module}")
+    cls = registry.load("callback", name)
+    if not (inspect.isclass(cls) and issubclass(cls, TrainerCallback)):
+        raise ConfigError(f"callbacks: {name!r} is not a transformers.TrainerCallback subclass.")
+    return cls
 
 
 def callback_fields(name: str) -> list[tuple[str, str, str]]:

@@ -17,10 +17,15 @@ gain it brings is SFT's, not the reward's: compare with the anchor alone before 
 Logged (per training loss, averaged over the logging window): ``sft_anchor/nll``, the anchor batch's NLL per token,
 about the anchor's own reference lines, not the GRPO batch.
 
-Example recipe entry (A: lines of the packaged training data, 16 per loss)::
+Any task's reference answers anchor: ``data`` is read with ``format`` like a recipe's dataset (the rows need
+``prompt`` and ``completion`` columns after it: a task pack's format such as ``rookworld`` makes them from its lines,
+and a prompt/completion file has them already); ``tasks`` keeps the rows of some tasks (a ``task`` column).
+
+Example recipe entries (A: lines of the packaged chess positions, 16 per loss; a prompt/completion file of your own)::
 
     callbacks:
       - {name: sft_anchor, data: rookgrpo/tiny-rookworld-train, tasks: [A], coef: 0.1, batch_size: 16}
+      - {name: sft_anchor, data: train_answers.jsonl, coef: 0.05}
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
+from ..trl_compat import log_metric
 from .base import RookCallback
 from .registry import register_callback
 
@@ -38,8 +44,9 @@ class SFTAnchor(RookCallback):
     """Add ``coef`` x the NLL of ``batch_size`` reference completions to each training loss (module docstring).
 
     Args:
-        data: RookWorld lines (a packaged name, file or hub id) with reference completions.
-        tasks: which tasks' lines anchor (``[A]``: next state only; ``[P, A]``: both).
+        data: rows with reference completions (a packaged name, file, directory or hub id), read with ``format``.
+        tasks: which tasks' rows anchor (``[A]``: RookWorld's next state only; ``[P, A]``: both); default: all.
+        format: the dataset format of ``data`` (``auto``, ``prompt``, a pack's such as ``rookworld``, or your own).
         coef: weight of the NLL term against the GRPO loss; > 0.
         batch_size: reference lines per loss.
         max_length: lines longer than this many tokens are truncated from the right (default: the model's context).
@@ -54,23 +61,20 @@ class SFTAnchor(RookCallback):
 
     state_key = "sft_anchor"
 
-    def __init__(self, data: str = "rookgrpo/tiny-rookworld-train", tasks: list[str] | tuple[str, ...] = ("A",),
-                 coef: float = 0.1, batch_size: int = 16, max_length: int | None = None):
+    def __init__(self, data: str = "rookgrpo/tiny-rookworld-train", tasks: list[str] | tuple[str, ...] | None = ("A",),
+                 coef: float = 0.1, batch_size: int = 16, max_length: int | None = None, format: str = "auto"):
         if not float(coef) > 0:
             raise ConfigError(f"sft_anchor: coef must be > 0, got {coef} (leave the callback out for no anchor).")
         if int(batch_size) < 1:
             raise ConfigError(f"sft_anchor: batch_size must be >= 1, got {batch_size}.")
-        self.data, self.tasks, self.coef = data, list(tasks), float(coef)
+        self.data, self.tasks, self.coef = data, list(tasks) if tasks else None, float(coef)
+        self.format = format
         self.batch_size, self.max_length = int(batch_size), max_length
         self.drawn = 0  # reference lines drawn so far (checkpointed: a resumed run continues the same order)
 
     def bind(self, trainer) -> None:
-        from ..chess.data import load_rookworld
-
         super().bind(trainer)
-        rows = load_rookworld(self.data, tasks=self.tasks)
-        if len(rows) == 0:
-            raise ConfigError(f"sft_anchor: {self.data!r} has no {'/'.join(self.tasks)} rows to anchor on.")
+        rows = self.load_rows()
         tok = trainer.processing_class
         if tok.eos_token_id is None:
             raise ConfigError("sft_anchor: the tokenizer has no EOS token; the anchor scores the completion's end.")
@@ -84,6 +88,25 @@ class SFTAnchor(RookCallback):
         self.seed = int(trainer.args.seed)
         self.prompts = set(rows["prompt"])
 
+    def load_rows(self):
+        """The reference rows: ``data`` read with ``format``, kept to ``tasks``; prompt and completion columns."""
+        from ..data import apply_format, load_recipe_dataset
+
+        rows = apply_format(load_recipe_dataset(self.data), self.format, "prompt", self.tasks)
+        columns = rows.column_names or []
+        missing = [c for c in ("prompt", "completion") if c not in columns]
+        if missing:
+            raise ConfigError(f"sft_anchor: {self.data!r} has no {' or '.join(missing)} column after format "
+                              f"{self.format!r} (columns: {', '.join(columns)}); the anchor needs reference answers.")
+        if self.tasks and "task" in columns:
+            rows = rows.filter(lambda r: r["task"] in self.tasks)
+        if len(rows) == 0:
+            raise ConfigError(f"sft_anchor: {self.data!r} has no {'/'.join(self.tasks or ['any'])} rows to anchor on.")
+        if not all(isinstance(p, str) for p in rows["prompt"][:1]):
+            raise ConfigError(f"sft_anchor: {self.data!r} has conversational prompts; the anchor takes text "
+                              "prompt/completion rows (apply the chat template to the data first).")
+        return rows
+
     def check_held_out(self, callbacks) -> None:
         """Refuse anchor lines whose prompts another callback evaluates as held out (``chess_eval``'s rows)."""
         held_out = {r["prompt"] for cb in callbacks if cb is not self for r in getattr(cb, "rows", ())
@@ -91,7 +114,7 @@ class SFTAnchor(RookCallback):
         leaked = len(self.prompts & held_out)
         if leaked:
             raise ConfigError(f"sft_anchor: {leaked} of {self.data!r}'s prompts are held-out positions another "
-                              "callback evaluates (chess_eval); anchoring on them would train on the test. Use "
+                              "callback evaluates (heldout_eval, chess_eval); anchoring on them would train on the test. Use "
                               "training lines for the anchor.")
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -138,5 +161,5 @@ class SFTAnchor(RookCallback):
         target, mask = ids[:, 1:], scored[:, 1:]
         nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
         nll = (nll * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
-        trainer._metrics["train"]["sft_anchor/nll"].append(float(nll.detach()))
+        log_metric(trainer, "sft_anchor/nll", float(nll.detach()))
         return self.coef * nll / trainer.current_gradient_accumulation_steps

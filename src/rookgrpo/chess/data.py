@@ -74,6 +74,11 @@ def rookworld_row(text: str) -> dict[str, Any] | None:
     return {"text": text, "task": task, "prompt": prompt, "completion": completion, "fen": fen}
 
 
+def rookworld_format(dataset: Any, prompt_column: str = "prompt", tasks: Sequence[str] | None = None) -> Any:
+    """The ``rookworld`` dataset format (a ``text`` column of P:/A: lines; ``tasks`` keeps some of them)."""
+    return prepare_rookworld(dataset, tasks)
+
+
 def prepare_rookworld(dataset: Any, tasks: Sequence[str] | None = None, text_column: str = "text") -> Any:
     """Turn a dataset with a RookWorld ``text`` column into prompt/completion/task/fen rows.
 

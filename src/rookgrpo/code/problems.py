@@ -129,6 +129,12 @@ def from_verification_info(info: Any, prompt: str = "") -> dict[str, Any]:
     raise ConfigError("verification_info: no test_cases, test_code or tests.")
 
 
+def open_r1_format(dataset: Any, prompt_column: str = "prompt", tasks: Any = None) -> Any:
+    """The ``open-r1`` dataset format: a prompt column and open-r1's ``verification_info``, as ``prompt`` and
+    ``tests`` rows for ``code_exec``."""
+    return prepare_verification_dataset(dataset, prompt_column)
+
+
 def prepare_verification_dataset(dataset: Any, prompt_column: str = "prompt",
                                  info_column: str = "verification_info") -> Any:
     """Map a hub dataset in open-r1's layout to rows with ``prompt`` and ``tests`` (JSON)."""

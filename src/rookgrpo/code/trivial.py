@@ -10,7 +10,7 @@ So, per problem, a family of programs that do not compute the answer runs agains
 and on disk, keyed by the tests): constants of the common return types, the arguments echoed, and simple transforms
 of the first argument (its length, sorted, reversed, negated, ...); for stdin/stdout problems, constant outputs and
 the input echoed. A test that any of them passes is *trivial*: passing it shows nothing about the program.
-``code_exec`` counts partial credit on the other tests only (:func:`rookgrpo.rewards.code.CodeExec`).
+``code_exec`` counts partial credit on the other tests only (:func:`rookgrpo.code.reward.CodeExec`).
 
 All function variants are defined in one program and tested in one sandbox (the tests run once per variant), so a
 problem's table costs about one program's run for function tests; stdin/stdout tests run each variant program.

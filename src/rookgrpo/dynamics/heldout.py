@@ -1,7 +1,8 @@
 """Held-out quality over a run: one score per evaluation, from the metrics a run logged, and the best of them.
 
 Why: a rising training reward says the policy found more of what the rewards pay; only held-out numbers say whether
-the model got better. :class:`HeldoutScore` reads them from the trainer's log history (``chess_eval``'s ``heldout/*``,
+the model got better. :class:`HeldoutScore` reads them from the trainer's log history (``heldout_eval``'s or a task pack's
+``heldout/*``,
 or transformers' ``eval_*``) as one score per evaluated step, a weighted sum of the named metrics, and keeps the best.
 The ``heldout_guard`` callback restores the best step's weights with it; the same record is what a detector of "the
 reward rises while held-out quality falls" reads.

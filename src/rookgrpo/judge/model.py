@@ -92,7 +92,7 @@ def _answer(rng: random.Random, prompt: str, charset: str) -> str:
 
 def training_examples(n: int, seed: int = 0) -> list[tuple[str, float]]:
     """``n`` (prompt + answer, grade) pairs for the judge."""
-    from .tiny_model import CHARSET
+    from ..models.tiny_model import CHARSET
 
     rng = random.Random(seed)
     out = []
@@ -109,7 +109,7 @@ def build_fill_in_judge(out_dir: str | os.PathLike, steps: int = 800, batch_size
     from tqdm.auto import tqdm
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
-    from .tiny_model import build_char_tokenizer
+    from ..models.tiny_model import build_char_tokenizer
 
     out = Path(out_dir)
     if (out / "model.safetensors").exists():

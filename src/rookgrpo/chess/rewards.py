@@ -49,8 +49,8 @@ from ..chess.formats import (
     parse_policy,
     task_of,
 )
-from .registry import register_reward
-from .utils import completion_text
+from ..rewards.registry import register_reward
+from ..rewards.utils import completion_text
 
 logger = logging.getLogger(__name__)
 

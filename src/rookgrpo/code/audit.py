@@ -15,8 +15,11 @@ solution earns:
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..code.degenerate import DEGENERATE, degenerate_program, mutants
@@ -96,3 +99,21 @@ def format_code_audit(result: dict[str, Any], title: str = "") -> str:
         cells = " ".join(f"{row[n + '/mean']:>9.3f} ({row[n + '/above_zero']:>4d} of {row['n']:>3d})" for n in names)
         lines.append(f"{row['answer']:24s} {row['mean']:7.3f} {row['share']:6.3f} {cells}")
     return "\n".join(lines)
+
+
+def audit_command(args: argparse.Namespace, recipe: dict, funcs: list, weights: list[float]) -> int:
+    """The code branch of `rewards audit`: degenerate programs on the recipe's problems (its dataset_name)."""
+    from ..data import load_recipe_dataset
+
+    data = recipe.get("dataset_name")
+    names = [getattr(f, "__name__", type(f).__name__) for f in funcs]
+    print(f"recipe {args.recipe}: rewards {', '.join(f'{n} x {w:g}' for n, w in zip(names, weights))}; data {data}\n")
+    rows = list(load_recipe_dataset(data))
+    result = code_audit(funcs, weights, rows, n=args.n)
+    print(format_code_audit(result))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"recipe": args.recipe, "weights": weights, "rewards": names,
+                                               "data": data, **result}, indent=2))
+        print(f"wrote {args.json}")
+    return 0

@@ -235,7 +235,7 @@ def recipe_rewards(recipe: dict[str, Any]) -> tuple[list[Callable], list[float],
     """The recipe's reward functions (configured as the trainer would), weights and engine settings."""
     from ..config import RookGRPOConfig
     from ..trainer import _setup_reward
-    from .registry import resolve_reward_func
+    from ..rewards.registry import resolve_reward_func
 
     entries = recipe.get("reward_funcs")
     if not entries:

@@ -22,8 +22,8 @@ from ..code.pool import get_pool
 from ..code.runner import rewrite_asserts
 from ..code.sandbox import SandboxLimits, check_mode, require
 from ..errors import ConfigError
-from .registry import register_reward
-from .utils import completion_text
+from ..rewards.registry import register_reward
+from ..rewards.utils import completion_text
 
 _FENCE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 

@@ -1,0 +1,41 @@
+"""The chess pack's packaged model and the split of its positions (registered in :mod:`rookgrpo.chess.pack`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..assets import TINY_ROOKWORLD
+from ..errors import ConfigError
+from .data import split_by_position
+
+# The guard's validation panel: whole positions taken from the end of the GRPO positions (96 P: and 32 A: lines, the
+# held-out panels' A: share), so a checkpoint is chosen on positions that are neither trained on nor reported.
+VAL_POLICY, VAL_ENV = 96, 32
+
+
+def tiny_rookworld() -> Path:
+    """The packaged SFT chess model (made by scripts/build_tiny_model.py; see its README.md model card)."""
+    if not (TINY_ROOKWORLD / "model.safetensors").exists():
+        raise ConfigError(
+            f"model_name_or_path: rookgrpo/tiny-rookworld is not in this installation ({TINY_ROOKWORLD} has no "
+            "model.safetensors). Rebuild it with `python scripts/build_tiny_model.py` from a source checkout."
+        )
+    return TINY_ROOKWORLD
+
+
+def _split(part: str):
+    from datasets import Dataset
+
+    lines = (TINY_ROOKWORLD / "train_positions.txt").read_text().splitlines()
+    rest, val = split_by_position(lines, VAL_POLICY, VAL_ENV)
+    return Dataset.from_dict({"text": val if part == "val" else rest})
+
+
+def grpo_positions():
+    """``rookgrpo/tiny-rookworld-grpo``: the packaged GRPO positions less the validation panel."""
+    return _split("grpo")
+
+
+def val_positions():
+    """``rookgrpo/tiny-rookworld-val``: the validation panel the guard selects on."""
+    return _split("val")
