@@ -17,30 +17,30 @@ EVAL_DEPTH ?= 8
 PYTEST_ARGS ?=
 # Extra `--field value` overrides of the recipe for `make train`'s GRPO run, e.g. TRAIN_ARGS="--seed 43", or
 # TRAIN_ARGS="--bf16 true": torch autocast in bf16 on CPU, 0.90x the step time where the CPU has bf16 units
-# (benchmarks/bench_precision.py); measured and not the default, docs/tiny-model.md says what it changed.
+# (benchmarks/bench_precision.py); measured and not the default, docs/model-card.md says what it changed.
 TRAIN_ARGS ?=
 # torch threads for `make train` (accelerate would set 1): all cores; Stockfish runs between the model's phases
 CPU_THREADS ?= $(shell nproc 2>/dev/null || echo 1)
 # accelerate's own defaults, passed so it does not warn that they were not (rookgrpo.cli.ACCELERATE_DEFAULTS)
 LAUNCH_DEFAULTS := --num_machines 1 --mixed_precision no --dynamo_backend no
 
-.PHONY: help setup train train-smoke test test-oldest-trl install-check bench system-tools clean
+.PHONY: help setup train train-smoke test test-oldest-trl bench system-tools clean
 
 help:
 	@echo "make train            GRPO on the embedded default ($(RECIPE)): evaluate before, train, evaluate after, plot"
 	@echo "make train-smoke      one-minute GRPO smoke run on a random char model (recipes/smoke.yaml)"
 	@echo "make test             the test suite"
 	@echo "make test-oldest-trl  the test suite against TRL $(OLDEST_TRL) in $(OLDEST_VENV)"
-	@echo "make install-check    pip install . (wheel) into a venv with TRL and import it from outside the repo"
 	@echo "make bench            benchmarks (see benchmarks/README.md)"
 
 setup: $(VENV)/.installed system-tools
 
 # Torch first: with no torch present, a plain `torch` requirement would pull the CUDA wheels (several GB).
-$(VENV)/.installed: pyproject.toml
+# The package with both task packs' extras and the test tools, at the versions in constraints.txt.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	$(PIP) install -e ".[test]"
+	$(PIP) install -c constraints.txt -e ".[all,test]"
 	touch $@
 
 # Stockfish scores the chess rewards; bubblewrap isolates the code reward's sandbox (without it code_exec refuses to
@@ -77,21 +77,9 @@ test: setup
 test-oldest-trl:
 	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -c "import torch" 2>/dev/null || $(OLDEST_VENV)/bin/pip install "torch==$(TORCH_VERSION)"
-	$(OLDEST_VENV)/bin/pip install "trl==$(OLDEST_TRL)" -e ".[test]"
+	$(OLDEST_VENV)/bin/pip install "trl==$(OLDEST_TRL)" -e ".[all,test]"
 	$(OLDEST_VENV)/bin/python -c "import trl; assert trl.__version__ == '$(OLDEST_TRL)', trl.__version__"
 	$(OLDEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
-	$(MAKE) install-check VENV_DIR=$(OLDEST_VENV)
-
-# `pip install .` (a real wheel, not editable) into a venv that already has TRL, then import it from elsewhere and
-# use its packaged files: catches missing package data that an editable install would hide.
-VENV_DIR ?= $(VENV)
-install-check:
-	$(VENV_DIR)/bin/pip install --force-reinstall --no-deps .
-	cd /tmp && $(CURDIR)/$(VENV_DIR)/bin/python -c "from rookgrpo import RookGRPOTrainer, RookGRPOConfig; \
-		import rookgrpo, rookgrpo.code.sandbox as s, rookgrpo.data as d; \
-		assert 'site-packages' in rookgrpo.__file__, rookgrpo.__file__; assert 'def _serve' in s.SERVER_SOURCE; \
-		assert len(d.load_recipe_dataset('rookgrpo/smoke-prompts')) == 128; print('installed', rookgrpo.__file__)"
-	$(VENV_DIR)/bin/pip install --no-deps -e .
 
 bench: setup
 	$(PY) benchmarks/run_all.py

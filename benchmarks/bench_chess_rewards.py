@@ -33,7 +33,7 @@ import chess.engine
 from rookgrpo.chess.data import generate
 from rookgrpo.chess.engine import MATE_SCORE, EnginePool, EngineSettings, find_stockfish
 from rookgrpo.chess.formats import MAX_MOVES, is_legal, parse_policy, split_policy
-from rookgrpo.rewards import chess as chess_rewards
+from rookgrpo.chess import rewards as chess_rewards
 from rookgrpo.chess.rewards import evals_credit, rank_credit
 
 from common import finish  # benchmarks/common.py

@@ -26,7 +26,7 @@ import time
 from rookgrpo.code.problems import humaneval_rows
 from rookgrpo.code.pool import RunnerPool
 from rookgrpo.code.sandbox import isolation
-from rookgrpo.rewards import code as code_rewards
+from rookgrpo.code import reward as code_rewards
 
 from common import finish  # benchmarks/common.py
 
@@ -60,7 +60,7 @@ CHILD = """
 import sys, time
 from rookgrpo.code.problems import humaneval_rows
 from rookgrpo.code.pool import RunnerPool
-from rookgrpo.rewards import code as code_rewards
+from rookgrpo.code import reward as code_rewards
 assert code_rewards.__file__.startswith(sys.argv[1]), code_rewards.__file__
 rows = humaneval_rows()
 pool = RunnerPool(int(sys.argv[2]) if sys.argv[2] != "0" else None)

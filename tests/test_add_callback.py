@@ -160,7 +160,7 @@ class _Ordered(RookCallback):
     {"lora": True, "steps_per_generation": 2, "eval_strategy": "steps", "eval_steps": 1,
      "per_device_eval_batch_size": 8},
 ], ids=["default", "buffered-batches", "lora-with-evaluation"])
-def test_batch_hooks_run_by_their_flags_and_the_loss_reads_a_changes_mask_hooks_advantages(
+def test_batch_hooks_run_by_their_stage_and_the_loss_reads_a_change_mask_hooks_advantages(
         tiny_model_dir, smoke_dataset, tmp_path, layout):
     """Listed in reverse, the hooks still run first-round, batch-changing, mask-changing, observing on every scored
     batch; the observer sees the advantages the masker zeroed, and so does the loss (beta 0: no gradient at all), in
@@ -172,8 +172,8 @@ def test_batch_hooks_run_by_their_flags_and_the_loss_reads_a_changes_mask_hooks_
     peft = LoraConfig(r=4, target_modules=["c_attn"], task_type="CAUSAL_LM") if layout.pop("lora", False) else None
     evaluation = smoke_dataset.select(range(8)) if layout.get("eval_strategy") else None
     seen = []
-    callbacks = [_Ordered("observer", seen), _Ordered("masker", seen, changes_mask=True),
-                 _Ordered("replacer", seen, changes_batch=True), _Ordered("first", seen, sees_first_round=True)]
+    callbacks = [_Ordered("observer", seen), _Ordered("masker", seen, batch_stage="change_mask"),
+                 _Ordered("replacer", seen, batch_stage="change_rows"), _Ordered("first", seen, batch_stage="first_round")]
     args = tiny_grpo_args(tmp_path, beta=0.0, logging_steps=1, **{"max_steps": 1, **layout})
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
                               train_dataset=smoke_dataset, eval_dataset=evaluation, peft_config=peft,
@@ -185,3 +185,16 @@ def test_batch_hooks_run_by_their_flags_and_the_loss_reads_a_changes_mask_hooks_
     assert not any(left for name, left in seen if name == "observer")
     norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
     assert norms and all(n == 0.0 for n in norms)
+
+
+def test_the_old_ordering_flags_still_order_with_a_warning_and_a_bad_stage_is_refused():
+    from rookgrpo.callbacks.base import batch_stage
+    from rookgrpo.errors import ConfigError
+
+    seen = []
+    old = _Ordered("old", seen, changes_batch=True)
+    with pytest.warns(FutureWarning, match="batch_stage = 'change_rows'"):
+        assert batch_stage(old) == batch_stage(_Ordered("new", seen, batch_stage="change_rows")) == 1
+    assert batch_stage(_Ordered("observer", seen)) == 3
+    with pytest.raises(ConfigError, match="batch_stage: 'later' is not a stage"):
+        batch_stage(_Ordered("bad", seen, batch_stage="later"))

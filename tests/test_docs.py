@@ -50,8 +50,8 @@ def anchors(path: Path) -> set[str]:
 def test_readme_is_short_and_in_order():
     text = (REPO / "README.md").read_text()
     assert len(text.splitlines()) <= 250
-    order = ["make train", "## What `make train` shows", "## Quick start in Python", "## Quick start with a recipe",
-             "## Callbacks", "## Rewards", "## Launching", "## Documentation"]
+    order = ["make train", "## Install", "## Quick start in Python", "## Quick start with a recipe",
+             "## What `make train` shows", "## Callbacks", "## Rewards", "## Launching", "## Documentation"]
     positions = [text.index(marker) for marker in order]
     assert positions == sorted(positions)
 
@@ -70,6 +70,21 @@ def test_links_resolve(path):
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(f"{target}: no heading with anchor #{anchor}")
     assert not broken, broken
+
+
+# Files that name repository paths in plain text (a comment, a help line): each path they name must exist. The dated
+# experiments log is history and keeps the names of its day.
+PLAIN = sorted([*DOCS, REPO / "Makefile", *(REPO / "src" / "rookgrpo" / "recipes").glob("*.yaml"),
+                *(REPO / "src" / "rookgrpo").rglob("*.py"), *(REPO / "benchmarks").glob("*.py")])
+PATH_TEXT = re.compile(r"(?<![\w./-])((?:docs|benchmarks|scripts|recipes|examples|rewards)/[\w./-]*\w\.(?:md|py|yaml))")
+
+
+@pytest.mark.parametrize("path", PLAIN, ids=lambda p: str(p.relative_to(REPO)))
+def test_plain_text_paths_exist(path):
+    named = set(PATH_TEXT.findall(path.read_text()))
+    missing = sorted(p for p in named if not (REPO / p).exists() and "my_" not in p and "/R." not in p
+                     and "NAME" not in p)
+    assert not missing, f"{path.relative_to(REPO)} names missing files: {missing}"
 
 
 def _python_blocks():
@@ -114,13 +129,16 @@ def test_yaml_examples_parse_and_resolve(path, tmp_path, monkeypatch):
     for body in blocks(path, "yaml"):
         values = yaml.safe_load(body)
         assert isinstance(values, dict), body
+        source = re.match(r"# from ((?:recipes|examples/[\w-]+)/[\w.-]+\.yaml)", body)
+        if source and source.group(1).startswith("examples/"):  # the files an example's recipe names, beside it
+            for f in (REPO / source.group(1)).parent.glob("*.py"):
+                (tmp_path / f.name).write_text(f.read_text())
         if values.get("callbacks"):
             resolve_callbacks(values["callbacks"])
         for entry in values.get("reward_funcs") or ():
             resolve_reward_func(entry)
         if "reward_weights" in values:
             assert len(values["reward_weights"]) == len(values["reward_funcs"])
-        source = re.match(r"# from (recipes/[\w.-]+\.yaml)", body)
         if source:
             recipe = yaml.safe_load((REPO / source.group(1)).read_text())
             differ = {k: (v, recipe.get(k)) for k, v in values.items() if recipe.get(k) != v}
@@ -135,8 +153,8 @@ def _make_targets() -> set[str]:
     return set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
 
 
-def _help_flags(command: list[str]) -> set[str]:
-    proc = subprocess.run(command + ["--help"], cwd=REPO, capture_output=True, text=True, timeout=300)
+def _help_flags(command: list[str], cwd: Path = REPO) -> set[str]:
+    proc = subprocess.run(command + ["--help"], cwd=cwd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return set(re.findall(r"--[\w-]+", proc.stdout))
 
@@ -149,18 +167,24 @@ def test_shell_examples_name_what_exists(path):
     commands = build_parser()._subparsers._group_actions[0].choices
     problems = []
     for body in blocks(path, "bash"):
+        cwd = REPO
         for line in body.splitlines():
             line = line.split(" #")[0].strip()
             if not line or line.startswith("#"):
                 continue
             words = shlex.split(line)
+            if words[0] == "cd":  # the block's later lines run there
+                cwd = cwd / words[1]
+                problems += [f"{line}: no folder {words[1]}"] if not cwd.is_dir() else []
+                continue
             if words[0] == "pip":
                 continue
             if words[0] == "make":
                 problems += [f"make {t}" for t in words[1:] if "=" not in t and t not in _make_targets()]
                 continue
             files = [w for w in words if re.search(r"\.(py|yaml)$", w) and "/" in w]
-            problems += [f"{line}: {f} missing" for f in files if not (REPO / f).exists() and "my" not in f
+            files += [w for w in words if re.search(r"\.(py|yaml)$", w) and "/" not in w and cwd != REPO]
+            problems += [f"{line}: {f} missing" for f in files if not (cwd / f).exists() and "my" not in f
                          and not f.startswith("recipes/R.")]
             flags = {w.split("=")[0] for w in words if w.startswith("--")}
             if words[0] == "rookgrpo":
@@ -176,7 +200,7 @@ def test_shell_examples_name_what_exists(path):
                 problems += [f"{line}: {f} is no recipe key" for f in recipe_flags
                              if f[2:] not in known_keys()]
             elif words[0] == "python" and words[1].endswith(".py"):
-                problems += [f"{line}: {f} unknown" for f in flags - _help_flags([sys.executable, words[1]])]
+                problems += [f"{line}: {f} unknown" for f in flags - _help_flags([sys.executable, words[1]], cwd)]
             elif words[0] not in ("accelerate",):
                 problems.append(f"{line}: not a command these docs may use")
     assert not problems, problems

@@ -105,7 +105,7 @@ def test_a_briefly_trained_judge_ranks_answers_like_the_rule(tmp_path):
 
 
 def test_packaged_judge_short_name_resolves_to_its_directory(tmp_path, monkeypatch):
-    from rookgrpo.models import judge as judge_module
+    from rookgrpo.judge import model as judge_module
     from rookgrpo.rewards.registry import resolve_reward_func
 
     built = []

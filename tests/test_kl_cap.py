@@ -21,7 +21,7 @@ HEAVY = 20.0
 class HeavyToken(RookCallback):
     """Raise the reference log-prob of the first completion token of row 0 of every scored batch by ``HEAVY``."""
 
-    changes_batch = True
+    batch_stage = "change_rows"
     state_key = "heavy_token"
 
     def __init__(self):

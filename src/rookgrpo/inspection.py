@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .callbacks.base import RookCallback
+from .trl_compat import pending_metrics
 from .callbacks.diagnostics import kl_share, kl_term
 from .evaluation import mean_se
 
@@ -56,7 +57,7 @@ class StepRecorder(RookCallback):
 
     def before_log(self, trainer, logs: dict) -> None:
         if self.step is None and "loss" in logs:
-            metrics = trainer._metrics["train"]
+            metrics = pending_metrics(trainer)
             self.step = {k: sum(v) / len(v) for k, v in metrics.items() if v and isinstance(v[0], (int, float))}
             self.step.update({k: float(v) for k, v in logs.items() if isinstance(v, (int, float))})
             self.step["beta"] = float(trainer.beta)

@@ -18,7 +18,7 @@ import torch
 from trl import GRPOTrainer
 
 from .assets import resolve_model
-from .callbacks.base import RookCallback
+from .callbacks.base import RookCallback, batch_stage
 from .callbacks.registry import resolve_callbacks
 from .config import _check_num_generations
 from .errors import ConfigError
@@ -111,8 +111,7 @@ class RookGRPOTrainer(GRPOTrainer):
         # one that changes which tokens the loss counts or their advantages runs on the final rows, before the observers.
         callbacks = self._rook_callbacks()
         hooks = [cb for cb in callbacks if cb.implements("on_scored_batch")]
-        self._batch_hooks = sorted(hooks, key=lambda cb: 0 if cb.sees_first_round else 1 if cb.changes_batch
-                                   else 2 if cb.changes_mask else 3)
+        self._batch_hooks = sorted(hooks, key=batch_stage)
         self._log_hooks = [cb for cb in callbacks if cb.implements("before_log")]
         # Hooks on each loss (kl_cap): this loss's copy of the batch with the policy's log-probs from its forward pass.
         self._loss_hooks = [cb for cb in callbacks if cb.implements("on_loss_logps")]

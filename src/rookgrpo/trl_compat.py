@@ -10,7 +10,13 @@ Attributes (read or written through the helpers below, never directly by a callb
   add their values with :func:`log_metric` and read the pending ones with :func:`pending_metrics`, so a value
   lands in the same log entry as TRL's own for that step.
 - ``trainer._logs``: TRL's completions table (prompt, completion, rewards, advantages of the last generation batch),
-  which ``zero_std_resampling`` widens while it scores replacement rounds (``callbacks/zero_std.py``).
+  which ``zero_std_resampling`` widens while it scores replacement rounds and rewrites to the optimised batch
+  (:func:`widen_completion_table`, :func:`completion_table`, :func:`rewrite_completion_table`). Relies on: a dict of
+  ``deque`` columns with a ``maxlen``, ``rewards`` and ``extra`` dicts of such columns.
+- ``trl.trainer.grpo_trainer.use_adapter`` (``zero_std_resampling``'s reference log-probs of a PEFT model),
+  ``trl.trainer.utils.RepeatSampler`` (the samplers), ``trl.trainer.utils.nanstd`` (advantages recomputed as TRL
+  computes them) and ``trl.trainer.utils.add_fused_lm_head`` (per-task temperatures in the loss): imported where they
+  are used, listed here.
 
 Methods ``RookGRPOTrainer`` overrides (each calls ``super()`` and adds one dispatch point; ``trainer.py``):
 
@@ -28,6 +34,8 @@ The upstream changes that would let rookgrpo drop overrides are proposed in docs
 
 from __future__ import annotations
 
+import functools
+from collections import defaultdict, deque
 from typing import Any
 
 #: The TRL versions this module was checked against (oldest supported, newest tested).
@@ -50,3 +58,63 @@ def pending_metrics(trainer: Any, mode: str = "train") -> dict[str, list[float]]
 def metric_mode(trainer: Any) -> str:
     """``"train"`` while the model trains, else ``"eval"``: the log entry a value computed now belongs to."""
     return "train" if trainer.model.training else "eval"
+
+
+# ---- TRL's completions table (trainer._logs), which zero-std resampling rewrites ------------------------------------
+
+TABLE_COLUMNS = ("prompt", "completion", "advantages")
+
+
+def widen_completion_table(trainer, rows: int):
+    """TRL's completions table (``trainer._logs``) keeps one generation batch; a resampling round can score more rows
+    than that (DAPO-style oversampling), and the rows it would drop may be the ones trained on. Widen the table for
+    the rounds; the returned function puts its length back (after the rewrite it holds the optimised batch)."""
+    logs = getattr(trainer, "_logs", None)
+    maxlen = getattr(logs.get("prompt") if isinstance(logs, dict) else None, "maxlen", None)
+    if maxlen is None or rows <= maxlen:
+        return lambda: None
+
+    def resize(n: int) -> None:
+        for key in ("images", "prompt", "completion", "advantages"):
+            if isinstance(logs.get(key), deque):
+                logs[key] = deque(logs[key], maxlen=n)
+        for key in ("rewards", "extra"):
+            if isinstance(logs.get(key), dict):
+                columns = defaultdict(functools.partial(deque, maxlen=n))
+                columns.update({name: deque(values, maxlen=n) for name, values in logs[key].items()})
+                logs[key] = columns
+
+    resize(rows)
+    return functools.partial(resize, maxlen)
+
+
+def completion_table(trainer, n: int) -> dict[str, list]:
+    """The last ``n`` rows of TRL's completions table (``trainer._logs``): the round just scored, all processes."""
+    logs = trainer._logs
+    table = {key: list(logs[key])[-n:] for key in TABLE_COLUMNS}
+    table["rewards"] = {name: list(values)[-n:] for name, values in logs["rewards"].items()}
+    table["extra"] = {name: list(values)[-n:] for name, values in logs["extra"].items()}
+    return table
+
+
+def rewrite_completion_table(trainer, tables: list[dict], order: list[tuple[int, int]], scored) -> None:
+    """Put the optimised batch in TRL's completions table, in place of the rows the rounds logged.
+
+    TRL logs every scored round (dropped groups included, with that round's advantages); the table a user reads
+    (``log_completions``, the wandb/trackio table) must show the completions that were trained on, with their rewards
+    and final advantages. ``order`` lists (round, global row) for each row of the optimised batch, rank-major.
+    """
+    logs = trainer._logs
+    for key in ("prompt", "completion"):
+        logs[key].clear()
+        logs[key].extend(tables[k][key][i] for k, i in order)
+    for i, name in enumerate(trainer.reward_func_names):
+        logs["rewards"][name].clear()
+        logs["rewards"][name].extend(scored.rewards_per_func[:, i].tolist())
+    logs["advantages"].clear()
+    logs["advantages"].extend(trainer.accelerator.gather(scored.output["advantages"]).tolist())
+    for name in list(logs["extra"]):
+        columns = [t["extra"].get(name, []) for t in tables]
+        logs["extra"][name].clear()
+        if all(len(c) == len(t["prompt"]) for c, t in zip(columns, tables)):
+            logs["extra"][name].extend(columns[k][i] for k, i in order)

@@ -23,7 +23,7 @@ __all__ = ["HOOKS", "RookCallback", *sorted(cls for _, cls in BUILTIN_CALLBACKS.
 
 def __getattr__(name):
     if name == "ChessEval":  # the chess pack's, kept importable from here
-        from ..chess.heldout import ChessEval
+        from ..registry import lookup
 
-        return ChessEval
+        return lookup("callback", "chess_eval")
     raise AttributeError(f"module 'rookgrpo.callbacks' has no attribute {name!r}")

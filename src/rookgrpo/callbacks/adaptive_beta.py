@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from ..errors import ConfigError
+from ..trl_compat import log_metric, pending_metrics
 from .base import RookCallback
 from .registry import register_callback
 
@@ -74,7 +75,7 @@ class AdaptiveBeta(RookCallback):
         TRL clears a mode's metrics when it logs that mode (a training log replaces the train lists; an evaluation
         log leaves them alone), so the list object tells whether the values seen before are still there.
         """
-        kl_values = self.trainer._metrics["train"].get("kl")
+        kl_values = pending_metrics(self.trainer).get("kl")
         if kl_values is None:
             return []
         if kl_values is not self._kl_list:
@@ -92,7 +93,7 @@ class AdaptiveBeta(RookCallback):
             self.beta = min(self.beta_max, max(self.beta_min, self.beta * (1.0 + error / self.horizon)))
             self.updates += 1
         trainer.beta = self.beta
-        trainer._metrics["train"]["beta"].append(self.beta)
+        log_metric(trainer, "beta", self.beta)
 
     def state_dict(self) -> dict:
         return {"beta": self.beta, "updates": self.updates}

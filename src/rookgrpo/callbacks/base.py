@@ -36,8 +36,7 @@ class RookCallback(TrainerCallback):
     Hooks (called only where a subclass overrides them, see :data:`HOOKS`):
 
     - :meth:`make_sampler`: the training sampler (one callback at most; ``prompt_selection``).
-    - :meth:`on_scored_batch`: each scored generation batch, with the flags :attr:`sees_first_round`,
-      :attr:`changes_batch` and :attr:`changes_mask` choosing when it runs.
+    - :meth:`on_scored_batch`: each scored generation batch, at its :attr:`batch_stage`.
     - :meth:`replacement_weights` / :meth:`observe_replacements`: how resampling draws replacement prompts, and what
       it drew (callbacks that keep a per-prompt history).
     - :meth:`on_loss_logps`: each loss's own policy log-probs (``kl_cap``).
@@ -63,17 +62,13 @@ class RookCallback(TrainerCallback):
 
     #: Key of this callback's state in a checkpoint's ``rookgrpo_callbacks.json``; unique per callback class.
     state_key: str = "rook_callback"
-    #: ``on_scored_batch`` runs first, on the batch exactly as generated (before resampling replaces rows): for a
-    #: callback that judges the prompts it chose (``prompt_selection``).
-    sees_first_round: bool = False
-    #: ``on_scored_batch`` replaces rows of the batch (resampling): it runs before the callbacks that only observe it,
-    #: whatever the listed order, so observers see the batch that is optimised.
-    changes_batch: bool = False
-    #: ``on_scored_batch`` changes what the loss reads of the rows, which tokens count (``completion_mask``) or their
-    #: advantages (TRL's loss takes ``(B, T)`` advantages too): it runs on the final rows, after the row-replacing
-    #: hooks and before the observers, in the listed order. No built-in callback sets it (the two that did lost the
-    #: GRPO grid, docs/experiments/); it is there for your own.
-    changes_mask: bool = False
+    #: When ``on_scored_batch`` runs, one of :data:`BATCH_STAGES`, whatever order the recipe lists the callbacks in
+    #: (the listed order holds within a stage): ``"first_round"``, on the batch exactly as generated (before resampling
+    #: replaces rows: a callback that judges the prompts it chose, ``prompt_selection``); ``"change_rows"``, replaces
+    #: rows (``zero_std_resampling``); ``"change_mask"``, changes what the loss reads of the final rows, which tokens
+    #: count (``completion_mask``) or their advantages (no built-in: the two that did lost the GRPO grid,
+    #: docs/experiments/); ``"observe"`` (the default), sees the batch that is optimised (``diagnostics``).
+    batch_stage: str = "observe"
     #: The trainer adds a column numbering the training rows (``rookgrpo.callbacks.selection.PROMPT_ID_COLUMN``)
     #: before building, for callbacks that keep a history per prompt.
     needs_prompt_ids: bool = False
@@ -113,7 +108,7 @@ class RookCallback(TrainerCallback):
 
     def on_scored_batch(self, trainer: Any, scored: Any) -> None:
         """See each scored generation batch (a :class:`~rookgrpo.trainer.ScoredBatch`) after TRL scored it and before
-        any loss is computed on it; a callback that changes it sets :attr:`changes_batch` or :attr:`changes_mask`."""
+        any loss is computed on it; a callback that changes it sets :attr:`batch_stage`."""
 
     def replacement_weights(self, pool: list[int]) -> list[float] | None:
         """How likely each dataset index in ``pool`` is to be drawn when resampling replaces a flat group (``None``:
@@ -137,3 +132,31 @@ class RookCallback(TrainerCallback):
 
     def before_log(self, trainer: Any, logs: dict) -> None:
         """Add values to each log entry before TRL writes it."""
+
+
+#: The stages of ``on_scored_batch``, in the order they run (:attr:`RookCallback.batch_stage`).
+BATCH_STAGES = ("first_round", "change_rows", "change_mask", "observe")
+# The three flags batch_stage replaced: still read, with a warning once per class.
+_OLD_FLAGS = {"sees_first_round": "first_round", "changes_batch": "change_rows", "changes_mask": "change_mask"}
+_warned: set = set()
+
+
+def batch_stage(callback) -> int:
+    """The position of ``callback``'s :attr:`~RookCallback.batch_stage` in :data:`BATCH_STAGES` (the old flags
+    ``sees_first_round``, ``changes_batch`` and ``changes_mask`` still count, with a warning naming the new field)."""
+    stage = getattr(callback, "batch_stage", "observe")
+    old = next((flag for flag in _OLD_FLAGS if getattr(callback, flag, False)), None)
+    if old is not None and stage == "observe":
+        stage = _OLD_FLAGS[old]
+        if type(callback) not in _warned:
+            _warned.add(type(callback))
+            import warnings
+
+            warnings.warn(f"{type(callback).__name__}.{old} = True is replaced by batch_stage = {stage!r}; the old "
+                          "flag still works and will be removed in a later release.", FutureWarning, stacklevel=2)
+    if stage not in BATCH_STAGES:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{type(callback).__name__}.batch_stage: {stage!r} is not a stage; use one of "
+                          f"{', '.join(BATCH_STAGES)}.")
+    return BATCH_STAGES.index(stage)

@@ -47,6 +47,7 @@ import time
 import torch
 
 from ..dynamics.batch import combined_rewards, loss_mask, zero_std_groups
+from ..trl_compat import metric_mode, pending_metrics
 from ..dynamics.phases import dynamo_graphs
 from .base import RookCallback
 from .registry import register_callback
@@ -251,7 +252,7 @@ class Diagnostics(RookCallback):
     # The trainer calls this after TRL scored a generation batch (and after resampling replaced groups).
     def on_scored_batch(self, trainer, scored) -> None:
         mode = "train" if trainer.model.training else "eval"
-        metrics = trainer._metrics[mode]
+        metrics = pending_metrics(trainer, mode)
         for phase, (seconds, peak) in self.meter.take(("generation", "rewards", "reference")).items():
             metrics[f"timing/{phase}"].append(seconds)
             metrics[f"memory/{phase}"].append(peak)
@@ -354,7 +355,7 @@ class Diagnostics(RookCallback):
             return
         seconds = time.perf_counter() - self._step_start
         self._step_start = None
-        metrics = self.trainer._metrics["train"]
+        metrics = pending_metrics(self.trainer)
         metrics["timing/step"].append(seconds)
         for phase, (phase_seconds, peak) in self.meter.take(("loss", "optimizer")).items():
             metrics[f"timing/{phase}"].append(phase_seconds)
@@ -383,7 +384,7 @@ class Diagnostics(RookCallback):
 
     # The trainer calls this before TRL adds its metric averages to ``logs`` and logs them.
     def before_log(self, trainer, logs: dict) -> None:
-        metrics = trainer._metrics["train" if trainer.model.training else "eval"]
+        metrics = pending_metrics(trainer, metric_mode(trainer))
         kl_values, beta_values = list(metrics.get("kl", [])), list(metrics.get("beta", []))
         if "loss" not in logs or not kl_values:
             return

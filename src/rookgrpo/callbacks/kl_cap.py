@@ -42,6 +42,7 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
+from ..trl_compat import pending_metrics
 from .base import RookCallback
 from .registry import register_callback
 
@@ -115,7 +116,7 @@ class KLCap(RookCallback):
         top = trainer.accelerator.reduce(ratio.masked_fill(~mask, float("-inf")).max().reshape(1), reduction="max")
         count = stats[2].clamp(min=1.0)
         mode = "train" if trainer.model.training else "eval"
-        metrics = trainer._metrics[mode]
+        metrics = pending_metrics(trainer, mode)
         metrics["kl_cap/raw_kl"].append((stats[0] / count).item())
         metrics["kl_cap/capped_frac"].append((stats[1] / count).item())
         metrics["kl_cap/max_log_ratio"].append(top.item())

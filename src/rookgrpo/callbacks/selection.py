@@ -26,6 +26,7 @@ import torch
 
 from ..dynamics.batch import combined_rewards
 from ..errors import ConfigError
+from ..trl_compat import pending_metrics
 from ..dynamics.selection import RULES, STREAK, PromptHistory, SelectingSampler, SelectionState, flat_side
 from .base import RookCallback
 from .registry import register_callback
@@ -51,13 +52,13 @@ class PromptSelection(RookCallback):
 
         >>> from rookgrpo.callbacks import resolve_callback
         >>> cb = resolve_callback({"prompt_selection": {"rule": "greso", "max_skips": 4}})
-        >>> type(cb).__name__, cb.max_skips, cb.needs_prompt_ids, cb.sees_first_round
+        >>> type(cb).__name__, cb.max_skips, cb.needs_prompt_ids, cb.batch_stage
         ('PromptSelection', 4, True, True)
     """
 
     state_key = "prompt_selection"
     needs_prompt_ids = True  # the trainer adds PROMPT_ID_COLUMN to the training data
-    sees_first_round = True  # runs before resampling: it judges the prompts it chose, as generated
+    batch_stage = "first_round"  # runs before resampling: it judges the prompts it chose, as generated
 
     def __init__(self, rule: str = "greso", max_skips: int = 4, discount: float = 0.7, **rule_kwargs):
         if rule not in RULES:
@@ -137,7 +138,7 @@ class PromptSelection(RookCallback):
     def _log_batch(self, trainer, share: float) -> None:
         self.rule.after_batch(share, self.history)
         skipped, skipped_flat, kept = self.state.take_counts()
-        metrics = trainer._metrics["train"]
+        metrics = pending_metrics(trainer)
         metrics["select/flat_share"].append(share)
         metrics["select/skipped"].append(float(skipped))
         metrics["select/kept"].append(float(kept))

@@ -24,15 +24,14 @@ recomputed after splicing.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-from collections import defaultdict, deque
 
 import torch
 from trl.trainer.utils import nanstd
 
 from ..dynamics import batch as B
 from ..errors import ConfigError
+from ..trl_compat import completion_table, pending_metrics, rewrite_completion_table, widen_completion_table
 from .base import RookCallback
 from .registry import register_callback
 
@@ -56,12 +55,12 @@ class ZeroStdResampling(RookCallback):
 
         >>> from rookgrpo.callbacks import resolve_callback
         >>> cb = resolve_callback({"zero_std_resampling": {"max_rounds": 2}})
-        >>> type(cb).__name__, cb.max_rounds, cb.changes_batch
+        >>> type(cb).__name__, cb.max_rounds, cb.batch_stage
         ('ZeroStdResampling', 2, True)
     """
 
     state_key = "zero_std_resampling"
-    changes_batch = True
+    batch_stage = "change_rows"
 
     def __init__(self, max_rounds: int = 2, seed: int | None = None, oversample: int = 0):
         if int(max_rounds) < 0:
@@ -113,10 +112,10 @@ class ZeroStdResampling(RookCallback):
         zero = self._no_signal(trainer, scored.output, scored.rewards_per_func).view(world, n_local).tolist()
         before = sum(map(sum, zero)) / (world * n_local)
         outputs, rewards, widths, rows_per_round = [scored.output], [scored.rewards_per_func], [n_local], [scored.inputs]
-        restore_logs = _widen_completion_table(trainer, world * max(n_local, self.oversample * n_local) * G)
-        tables = [_completion_table(trainer, world * n_local * G)]
+        restore_logs = widen_completion_table(trainer, world * max(n_local, self.oversample * n_local) * G)
+        tables = [completion_table(trainer, world * n_local * G)]
         slots = [[(0, g) for g in range(n_local)] for _ in range(world)]
-        metrics = trainer._metrics["train"]
+        metrics = pending_metrics(trainer)
         saved_lengths = {k: len(v) for k, v in metrics.items()}
         rounds = extra = replaced = 0
         rescored_before = self.rescored_rows
@@ -133,7 +132,7 @@ class ZeroStdResampling(RookCallback):
             picks = drawn[rank * need:(rank + 1) * need]
             rows = [dict(trainer.train_dataset[int(pool[i])]) for i in picks for _ in range(G)]
             out, rpf = scored.score(rows)
-            tables.append(_completion_table(trainer, world * need * G))
+            tables.append(completion_table(trainer, world * need * G))
             rows_per_round.append(rows)
             outputs.append(out)
             rewards.append(rpf)
@@ -161,7 +160,7 @@ class ZeroStdResampling(RookCallback):
             scored.output, scored.rewards_per_func = self._assemble(trainer, outputs, rewards, widths, slots)
             scored.inputs = [rows_per_round[k][j * G + t] for k, j in slots[rank] for t in range(G)]
             order = [(k, (r * widths[k] + j) * G + t) for r in range(world) for k, j in slots[r] for t in range(G)]
-            _rewrite_completion_table(trainer, tables, order, scored)
+            rewrite_completion_table(trainer, tables, order, scored)
         restore_logs()
         self._log_optimised(trainer, scored, metrics)
         metrics["resample/rounds"].append(float(rounds))
@@ -311,61 +310,3 @@ def _rescore_logps(trainer, merged: dict, rows: list[int]) -> int:
                 trainer.vllm_importance_sampling_mode, trainer.vllm_importance_sampling_clip_min,
                 trainer.vllm_importance_sampling_clip_max)
     return len(rows)
-
-
-TABLE_COLUMNS = ("prompt", "completion", "advantages")
-
-
-def _widen_completion_table(trainer, rows: int):
-    """TRL's completions table (``trainer._logs``) keeps one generation batch; a resampling round can score more rows
-    than that (DAPO-style oversampling), and the rows it would drop may be the ones trained on. Widen the table for
-    the rounds; the returned function puts its length back (after the rewrite it holds the optimised batch)."""
-    logs = getattr(trainer, "_logs", None)
-    maxlen = getattr(logs.get("prompt") if isinstance(logs, dict) else None, "maxlen", None)
-    if maxlen is None or rows <= maxlen:
-        return lambda: None
-
-    def resize(n: int) -> None:
-        for key in ("images", "prompt", "completion", "advantages"):
-            if isinstance(logs.get(key), deque):
-                logs[key] = deque(logs[key], maxlen=n)
-        for key in ("rewards", "extra"):
-            if isinstance(logs.get(key), dict):
-                columns = defaultdict(functools.partial(deque, maxlen=n))
-                columns.update({name: deque(values, maxlen=n) for name, values in logs[key].items()})
-                logs[key] = columns
-
-    resize(rows)
-    return functools.partial(resize, maxlen)
-
-
-def _completion_table(trainer, n: int) -> dict[str, list]:
-    """The last ``n`` rows of TRL's completions table (``trainer._logs``): the round just scored, all processes."""
-    logs = trainer._logs
-    table = {key: list(logs[key])[-n:] for key in TABLE_COLUMNS}
-    table["rewards"] = {name: list(values)[-n:] for name, values in logs["rewards"].items()}
-    table["extra"] = {name: list(values)[-n:] for name, values in logs["extra"].items()}
-    return table
-
-
-def _rewrite_completion_table(trainer, tables: list[dict], order: list[tuple[int, int]], scored) -> None:
-    """Put the optimised batch in TRL's completions table, in place of the rows the rounds logged.
-
-    TRL logs every scored round (dropped groups included, with that round's advantages); the table a user reads
-    (``log_completions``, the wandb/trackio table) must show the completions that were trained on, with their rewards
-    and final advantages. ``order`` lists (round, global row) for each row of the optimised batch, rank-major.
-    """
-    logs = trainer._logs
-    for key in ("prompt", "completion"):
-        logs[key].clear()
-        logs[key].extend(tables[k][key][i] for k, i in order)
-    for i, name in enumerate(trainer.reward_func_names):
-        logs["rewards"][name].clear()
-        logs["rewards"][name].extend(scored.rewards_per_func[:, i].tolist())
-    logs["advantages"].clear()
-    logs["advantages"].extend(trainer.accelerator.gather(scored.output["advantages"]).tolist())
-    for name in list(logs["extra"]):
-        columns = [t["extra"].get(name, []) for t in tables]
-        logs["extra"][name].clear()
-        if all(len(c) == len(t["prompt"]) for c, t in zip(columns, tables)):
-            logs["extra"][name].extend(columns[k][i] for k, i in order)

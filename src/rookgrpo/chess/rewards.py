@@ -86,12 +86,6 @@ def move_accuracy(best_cp: float, move_cp: float) -> float:
     return max(0.0, min(1.0, raw / 99.99988533))  # normalised so a zero loss is exactly 1.0
 
 
-def eval_closeness(predicted_pawns: float, engine_pawns: float) -> float:
-    """1 / (1 + |error|) on evals capped at ±10 pawns: exact 1.0, off by one pawn 0.5, by three 0.25."""
-    cap = lambda x: max(-EVAL_CAP_PAWNS, min(EVAL_CAP_PAWNS, x))  # noqa: E731
-    return 1.0 / (1.0 + abs(cap(predicted_pawns) - cap(engine_pawns)))
-
-
 # --- policy task -------------------------------------------------------------------------------------------------
 
 

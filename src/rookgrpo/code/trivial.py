@@ -61,11 +61,6 @@ def variants_job(spec: dict) -> tuple[str, dict]:
     return code, {**spec, VARIANTS: names}
 
 
-def variant_labels(spec: dict) -> list[str]:
-    """A readable label per variant of ``spec``'s family (what a program returns or prints)."""
-    return list(STDIO_PROGRAMS) if spec.get("type") == "stdio" else [f"return {e}" for e in EXPRESSIONS]
-
-
 def spec_key(spec: dict) -> str:
     """A stable key of a problem's tests and the family version."""
     text = json.dumps({k: v for k, v in spec.items() if not k.startswith("__")}, sort_keys=True)
