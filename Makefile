@@ -73,11 +73,12 @@ train-smoke: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# The oldest supported TRL, with the transformers/accelerate it was released against, in a venv of its own.
+# The oldest supported TRL, the other libraries at constraints.txt's versions, in a venv of its own: CI's second leg.
 test-oldest-trl:
 	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -c "import torch" 2>/dev/null || $(OLDEST_VENV)/bin/pip install "torch==$(TORCH_VERSION)"
-	$(OLDEST_VENV)/bin/pip install "trl==$(OLDEST_TRL)" -e ".[all,test]"
+	grep -v '^trl==' constraints.txt > $(OLDEST_VENV)/constraints.txt
+	$(OLDEST_VENV)/bin/pip install -c $(OLDEST_VENV)/constraints.txt "trl==$(OLDEST_TRL)" -e ".[all,test]"
 	$(OLDEST_VENV)/bin/python -c "import trl; assert trl.__version__ == '$(OLDEST_TRL)', trl.__version__"
 	$(OLDEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 

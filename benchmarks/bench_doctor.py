@@ -10,7 +10,8 @@ rldoctor 0.2.0 installed from PyPI into a venv of its own (``build/bench-doctor/
 
 A failure counts as caught when a tool reports one of the findings that name it (``CATCH``: rookgrpo's kinds,
 rldoctor's detectors; generous to rldoctor, e.g. its advantage_collapse counts for KL-only groups). Any finding on a
-healthy run is a false alarm. Steps to detection: the first logged step at which the tool, reading the run's log only
+healthy run is a false alarm (rookgrpo's ``info`` tier, a real change too small to matter, is no alarm, as rldoctor's
+findings below WARNING are not counted). Steps to detection: the first logged step at which the tool, reading the run's log only
 up to that step, catches the failure (the median over the runs that caught it).
 """
 
@@ -120,7 +121,7 @@ def run_rookgrpo(histories: dict[str, list[dict]]) -> tuple[dict[str, list], lis
         per_prefix = []
         for end in steps:
             findings, _ = diagnose(History([e for e in history if e["step"] <= end]))
-            per_prefix.append([end, sorted({f.kind for f in findings})])
+            per_prefix.append([end, sorted({f.kind for f in findings if f.severity != "info"})])
         start = time.perf_counter()
         diagnose(History(history))
         seconds.append(time.perf_counter() - start)

@@ -26,10 +26,17 @@ def _cell(text: str) -> str:
 
 
 def callbacks_section() -> str:
+    """The core's callbacks, then each built-in task pack's (chess: ``chess_eval``), by pack."""
     import rookgrpo
-    from rookgrpo.callbacks.registry import callback_fields_markdown
+    from rookgrpo import registry
+    from rookgrpo.callbacks.registry import available_callbacks, callback_fields_markdown
 
-    return "\n\n".join(callback_fields_markdown(name) for name in sorted(rookgrpo.BUILTIN_CALLBACKS))
+    core = sorted(rookgrpo.BUILTIN_CALLBACKS)
+    builtin_packs = {module.split(".")[1] for module in registry.BUILTIN_PACKS}
+    packs = [n for n in available_callbacks() if n not in core and registry.pack_of("callback", n) in builtin_packs]
+    parts = [callback_fields_markdown(name) for name in core]
+    parts += [callback_fields_markdown(name).replace("### ", "### task pack: ", 1) for name in packs]
+    return "\n\n".join(parts)
 
 
 def fields_table(cls, base) -> str:

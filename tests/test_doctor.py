@@ -383,3 +383,89 @@ def test_components_logged_but_weighted_zero_are_not_dead(tmp_path):
     assert "reward_dead" not in {f["kind"] for f in json.loads(proc.stdout)["findings"]}
     proc = run_cli([venv_bin("rookgrpo"), "doctor", str(state), "--reward-weights", "acc"])
     assert proc.returncode == 2 and "--reward-weights: expected NAME=W" in proc.stderr
+
+
+def _finding(entries, kind):
+    findings, _ = diagnose(History(entries))
+    return next((f for f in findings if f.kind == kind), None)
+
+
+def test_held_out_changes_are_judged_by_size_as_well_as_noise():
+    """A steady drift beyond noise but under the size that matters is info; a symptom (NLL, one move's share) that
+    moves a lot is a warning; a quality rate that falls by more than 0.03 is critical."""
+    drift = _curve("heldout/nll_P", [1.250 + 0.0012 * i for i in range(11)], start=0)  # +0.8% over the run
+    f = _finding(drift, "heldout_drop")
+    assert f is not None and f.severity == "info" and "under the 0.05 (relative) that matters" in f.message
+    share = _curve("heldout/top_move_share", [0.104, 0.12, 0.14, 0.15, 0.17, 0.19, 0.2, 0.208], start=0)
+    assert _finding(share, "heldout_drop").severity == "warning"
+    accuracy = _curve("heldout/best_move_accuracy", [0.30, 0.29, 0.27, 0.26, 0.24, 0.22, 0.21, 0.19], start=0)
+    assert _finding(accuracy, "heldout_drop").severity == "critical"
+
+
+def test_an_sft_log_gets_no_grpo_advice_and_overfitting_is_judged_from_the_best_evaluation():
+    """An SFT log: loss and token accuracy, an eval loss that falls, bottoms out and rises (still below its first
+    value, so a first-against-last rule misses it); a gradient spike gets generic advice."""
+    loss = _curve("loss", [2.0 - 0.05 * i for i in range(30)])
+    acc = _curve("mean_token_accuracy", [0.4 + 0.01 * i for i in range(30)])
+    g = [1.0 + 0.05 * math.sin(i) for i in range(30)]
+    g[20] = 9.0
+    evals = [{"step": s, "eval_loss": v} for s, v in zip(range(3, 31, 3), [1.9, 1.7, 1.55, 1.5, 1.48, 1.5, 1.56,
+                                                                           1.62, 1.68, 1.75])]
+    entries = _merge(loss, acc, _curve("grad_norm", g), evals)
+    history = History(entries)
+    assert history.kind == "sft"
+    findings, skipped = diagnose(history)
+    assert {f.kind for f in findings} == {"grad_spike", "heldout_drop"}
+    assert "this log is sft" in skipped["reward_trend"]
+    spike = next(f for f in findings if f.kind == "grad_spike")
+    assert "advantage" not in spike.message and "scale_rewards" not in spike.message
+    drop = next(f for f in findings if f.kind == "heldout_drop")
+    assert drop.severity == "critical" and drop.values["reference_step"] == 15 and "after its best" in drop.message
+    assert "overfitting" in drop.message and "heldout_guard" not in drop.message
+
+
+def test_a_kl_spike_must_be_large_enough_to_matter():
+    small = [0.002 + 1e-5 * i for i in range(30)]
+    small[15] = 0.08  # 40x the median, harmless in size
+    assert kinds(_curve("kl", small)) == set()
+    large = list(small)
+    large[15] = 0.4
+    assert kinds(_curve("kl", large)) == {"kl_spike"}
+
+
+def test_gradient_spikes_at_the_steps_with_signal_are_read_against_the_flat_share():
+    g = [1.0 + 0.05 * math.sin(i) for i in range(30)]
+    flat = [1.0] * 30
+    for i in (8, 20):
+        g[i], flat[i] = 9.0, 0.5  # the only steps with a non-flat group
+    f = _finding(_merge(_curve("grad_norm", g), _curve("frac_reward_zero_std", flat)), "grad_spike")
+    assert f.severity == "info" and "Not a learning-rate problem" in f.message
+    f = _finding(_curve("grad_norm", g), "grad_spike")
+    assert f.severity == "warning" and "lower learning_rate" in f.message
+
+
+def test_a_reward_that_rose_and_fell_back_and_a_plateau_after_an_early_gain():
+    # Up to 0.7 by a quarter of the run, back to its start by the half, then flat: the second half does not fall
+    # (no decline) and there is no net trend (the plateau rule alone would call it flat).
+    rise_fall = [0.2 + 0.5 * math.sin(math.pi * min(i, 18) / 18) + 0.02 * (-1) ** i for i in range(40)]
+    entries = _merge(_curve("reward", rise_fall), _curve("reward_std", [0.2] * 40))
+    assert kinds(entries) == {"reward_peak_fall"}
+    early_gain = [min(0.2 + 0.03 * i, 0.8) + 0.01 * (-1) ** i for i in range(60)]
+    f = _finding(_merge(_curve("reward", early_gain), _curve("reward_std", [0.2] * 60)), "reward_plateau")
+    assert f is not None and f.title == "training reward flat after an early gain"
+    steady = [0.2 + 0.01 * i + 0.01 * (-1) ** i for i in range(60)]
+    assert not {"reward_plateau", "reward_peak_fall"} & kinds(_merge(_curve("reward", steady),
+                                                                      _curve("reward_std", [0.2] * 60)))
+
+
+def test_an_info_finding_never_halts_a_run():
+    from types import SimpleNamespace
+
+    cb = Doctor(halt_on=["heldout_drop"])
+    drift = _merge(_curve("loss", [0.5] * 11, start=0), _curve("heldout/nll_P", [1.25 + 0.0012 * i for i in range(11)],
+                                                                start=0))
+    state = SimpleNamespace(log_history=drift, is_world_process_zero=True, global_step=10)
+    control = SimpleNamespace(should_training_stop=False, should_save=False)
+    cb.on_log(None, state, control, logs={"loss": 0.5})
+    assert cb.reported["heldout_drop:heldout/nll_P"]["severity"] == "info"
+    assert not control.should_training_stop and cb.halted is None

@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect",
         help="one real training step of a recipe on one batch, printed phase by phase (one process, no launch)",
     )
-    p.add_argument("recipe", help="recipe YAML (extra --field value flags override it)")
+    p.add_argument("recipe", help="recipe YAML or packaged recipe name (extra --field value flags override it)")
     p.add_argument("--json", default=None, help="also write the full report as JSON here")
     p.add_argument("--groups", type=int, default=4, help="groups to print in full (default 4)")
     p.set_defaults(func=_cmd_inspect, allow_extra=True)
@@ -334,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = rewards_sub.add_parser(
         "audit", help="what degenerate answers (constant, exhaustive, copied) earn under a recipe's rewards and weights",
     )
-    g.add_argument("recipe", help="recipe YAML: its reward_funcs, reward_weights and stockfish_* settings are used")
+    g.add_argument("recipe", help="recipe YAML or packaged recipe name: its reward_funcs, reward_weights and "
+                   "stockfish_* settings are used")
     g.add_argument("--data", nargs="+", default=["rookgrpo/tiny-rookworld-eval"],
                    help="RookWorld data (files, directories, packaged names); default: rookgrpo/tiny-rookworld-eval")
     g.add_argument("--n", type=int, default=200,

@@ -181,7 +181,7 @@ class RookScriptArguments(ScriptArguments):
         metadata={
             "help": "Reward functions: registered names (see `rookgrpo rewards`), `pkg.module:function`, "
             "`path/to/file.py:function`, or a reward-model id / directory. In a recipe an entry can take arguments: "
-            "`- {name: chess_move_rank, depth: 12}`."
+            "`- {name: my_rewards.py:length_penalty, target: 40}`."
         },
     )
     callbacks: list[str] | None = field(

@@ -89,7 +89,7 @@ def apply_format(dataset: Any, fmt: Any = "auto", prompt_column: str = "prompt",
     ``auto`` keeps data that has the prompt column as it is, and otherwise asks the registered formats' detectors
     (``rookworld``: a ``text`` column of RookWorld lines).
     """
-    from .registry import call_with, detect_format, load, split_spec
+    from .registry import bind, detect_format, load, split_spec
 
     name, kwargs = split_spec(fmt, "format")
     if name == "auto":
@@ -98,16 +98,8 @@ def apply_format(dataset: Any, fmt: Any = "auto", prompt_column: str = "prompt",
     func = load("format", name) if isinstance(name, str) else name
     if not callable(func):
         raise ConfigError(f"dataset_format: {name!r} is not a function (dataset, prompt_column, tasks) -> dataset.")
-    if kwargs:
-        func = call_with(func, kwargs, "format", str(name)) if isinstance(func, type) else \
-            _partial(func, kwargs)
+    func = bind(func, kwargs, "format", str(name))
     return func(dataset, prompt_column=prompt_column, tasks=tasks)
-
-
-def _partial(func, kwargs):
-    import functools
-
-    return functools.partial(func, **kwargs)
 
 
 def prepare_dataset(dataset: Any, script_args: Any) -> Any:

@@ -6,7 +6,7 @@ A recipe entry takes the same forms whatever it names:
 - a registered name: ``chess_move_rank``, ``zero_std_resampling``, ``rookworld``;
 - an import path: ``my_pkg.my_module:obj`` (``my_pkg.my_module.obj`` also works, as in ``trl grpo``);
 - a file path: ``my_task.py:obj`` (relative to the launch directory, or absolute);
-- any of these with arguments: ``{name: chess_move_rank, depth: 12}`` or ``{chess_move_rank: {depth: 12}}`` (on the
+- any of these with arguments: ``{name: kl_cap, max_token_kl: 5}`` or ``{kl_cap: {max_token_kl: 5}}`` (on the
   command line as JSON: ``'{"name": "kl_cap", "max_token_kl": 5}'``).
 
 A name nobody registered is an error that lists the close matches and the registered names.
@@ -144,6 +144,15 @@ def registered(kind: str, name: str) -> bool:
     _check_kind(kind)
     load_packs()
     return name in _STATE.entries[kind]
+
+
+def pack_of(kind: str, name: str) -> str | None:
+    """The pack that registered ``name`` (``"core"``, ``"chess"``, an entry point's name), or ``None`` for one
+    registered from Python outside a pack."""
+    _check_kind(kind)
+    load_packs()
+    entry = _STATE.entries[kind].get(name)
+    return entry.pack if entry else None
 
 
 def lookup(kind: str, name: str) -> Any:
@@ -348,6 +357,29 @@ def _get_attr(module: Any, attr: str, spec: str, field_name: str) -> Any:
     return obj
 
 
-def builtin_object(kind: str, name: str) -> Callable[[], Any]:
-    """A zero-argument loader of a registered object (for lazy module attributes)."""
-    return lambda: lookup(kind, name)
+def bind(obj: Any, kwargs: dict, kind: str, name: str) -> Any:
+    """``obj`` with a recipe entry's arguments: a class is called with them, a function gets them bound
+    (``functools.partial``, keeping its name), a registered instance is replaced by a new one of its class built
+    with them. The arguments are checked against the signature first: a wrong name is a :class:`ConfigError`.
+
+    >>> def scaled(completions, scale=1.0, **kwargs):
+    ...     return [scale * len(c) for c in completions]
+    >>> bind(scaled, {"scale": 2}, "reward", "scaled")(["ab"])
+    [4]
+    """
+    import functools
+
+    if not kwargs:
+        return obj
+    if inspect.isclass(obj):
+        return call_with(obj, kwargs, kind, name)
+    if inspect.isfunction(obj) or inspect.ismethod(obj) or isinstance(obj, functools.partial):
+        try:
+            inspect.signature(obj).bind_partial(**kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"{KINDS[kind]}: bad arguments for {name!r}: {exc}. Signature: "
+                              f"{getattr(obj, '__name__', name)}{inspect.signature(obj)}") from exc
+        built = functools.partial(obj, **kwargs)
+        built.__name__ = getattr(obj, "__name__", name.rpartition(":")[2])
+        return built
+    return call_with(type(obj), kwargs, kind, name)  # a registered instance: a new one with these arguments

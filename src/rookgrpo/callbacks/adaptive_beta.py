@@ -29,7 +29,8 @@ class AdaptiveBeta(RookCallback):
     Args:
         target_kl: the per-token KL (TRL's ``kl`` metric) to track; > 0.
         horizon: optimizer steps over which a full ``clip``-sized error changes beta by ``clip``; larger is slower.
-        beta_min, beta_max: bounds on beta; beta_min > 0, because TRL drops the reference model at beta 0.
+        beta_min: the lowest beta; > 0, because TRL drops the reference model at beta 0.
+        beta_max: the highest beta.
         warmup_steps: optimizer steps before the first update (beta stays at the config's ``beta``).
         clip: bound on the relative error ``KL / target_kl - 1`` used in one update.
 

@@ -38,7 +38,8 @@ class Doctor(RookCallback):
         check_every: run the detectors after every this many training logs.
         kl_grad_every: measure the KL term's share of the gradient every this many optimizer steps (0: never). Costs
             one extra backward pass on those steps.
-        halt_on: finding kinds that stop the run (a checkpoint is saved first), e.g. ``[nonfinite, heldout_drop]``.
+        halt_on: finding kinds that stop the run (a checkpoint is saved first), e.g. ``[nonfinite, heldout_drop]``;
+            an ``info`` finding (a real change too small to matter) never stops it.
         thresholds: overrides of ``rookgrpo.doctor.Thresholds`` fields, e.g. ``{entropy_drop: 0.3}``.
         report: file name of the findings written into ``output_dir`` at the end (``null``: none).
 
@@ -135,12 +136,15 @@ class Doctor(RookCallback):
         findings, _ = self._check(state)
         main = state.is_world_process_zero  # not the trainer's: on a plain TRL GRPOTrainer bind() never ran
         for finding in findings:
-            if finding.key in self.reported:
-                continue
+            from ..doctor.detectors import SEVERITIES
+
+            before = self.reported.get(finding.key)
+            if before is not None and SEVERITIES.index(finding.severity) >= SEVERITIES.index(before["severity"]):
+                continue  # said already, at this severity or a higher one; a finding that grows is said again
             self.reported[finding.key] = finding.to_dict()
             if main:
                 logger.warning("doctor: %s", finding.line())
-            if finding.kind in self.halt_on and self.halted is None:
+            if finding.kind in self.halt_on and finding.severity != "info" and self.halted is None:
                 self.halted = finding.key
                 control.should_training_stop = True
                 control.should_save = True

@@ -113,14 +113,14 @@ class HeldoutEval(RookCallback):
 
     def setup(self, trainer) -> None:
         """Resolve the evaluator: the named one, the named rewards, or the run's own reward functions."""
-        from ..registry import call_with, load, split_spec
+        from ..registry import bind, call_with, load, split_spec
 
         self.reward_funcs, self.reward_names, self.evaluator = [], [], None
         if self.evaluator_spec is not None:
             name, kwargs = split_spec(self.evaluator_spec, "evaluator")
             obj = load("evaluator", name) if isinstance(name, str) else name
-            self.evaluator = call_with(obj, kwargs, "evaluator", str(name)) if (kwargs or isinstance(obj, type)) \
-                else obj
+            self.evaluator = call_with(obj, kwargs, "evaluator", str(name)) if isinstance(obj, type) else \
+                bind(obj, kwargs, "evaluator", str(name))
             return
         if self.reward_specs is None:
             funcs, names = list(trainer.reward_funcs), list(trainer.reward_func_names)

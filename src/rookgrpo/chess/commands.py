@@ -17,7 +17,9 @@ def rewards_audit(args: argparse.Namespace) -> int:
     from .data import load_rookworld
     from .audit import audit, format_tables, recipe_rewards
 
-    recipe = _read_yaml(args.recipe)
+    from ..recipe import resolve_recipe
+
+    recipe = _read_yaml(str(resolve_recipe(args.recipe)))
     if args.depth is not None:
         recipe["stockfish_depth"] = args.depth
     funcs, weights, settings = recipe_rewards(recipe)

@@ -42,7 +42,8 @@ class ChessEval(HeldoutEval):
             disjoint from the GRPO positions a run with ``rookgrpo/tiny-rookworld-grpo`` trains on and from the
             panel ``rookgrpo evaluate`` reports on (``rookgrpo/tiny-rookworld-eval``).
         every: steps between evaluations; a multiple of ``logging_steps`` so each lands in a logged step.
-        n_policy, n_env: how many distinct ``P:`` and ``A:`` prompts the subset holds.
+        n_policy: how many distinct ``P:`` prompts the subset holds.
+        n_env: how many distinct ``A:`` prompts the subset holds.
         batch_size: prompts per greedy generation call.
         max_new_tokens: default: 1.25 x the longest reference completion's tokens, plus 4.
 

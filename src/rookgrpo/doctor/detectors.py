@@ -45,6 +45,9 @@ class Thresholds:
     zero_std_share: float = 0.5  #: share of groups whose completions all earned the same reward
     kl_only_share: float = 0.25  #: share of flat groups in the optimised batch, with beta > 0
     heldout_sigmas: float = 2.0  #: held-out fall beyond this many noise standard deviations (of a difference)
+    heldout_min_abs: float = 0.03  #: ... and by at least this much for a rate in [0, 1] (accuracy, share)
+    heldout_min_rel: float = 0.05  #: ... or this share of its reference value for other metrics (NLL, loss, reward)
+    kl_spike_floor: float = 0.1  #: a KL spike must reach this many nats/token to matter (a 40x rise from 0.002 does not)
     reward_weights: dict[str, float] = field(default_factory=dict)  #: reward name -> weight (default 1)
 
 
@@ -79,12 +82,18 @@ class Finding:
 #: Every kind of finding, in report order (the ``doctor`` callback's ``halt_on`` names these).
 KINDS = ("nonfinite", "zero_gradient", "grad_growth", "grad_spike", "entropy_collapse", "kl_runaway", "kl_spike",
          "kl_dominates", "clipping", "clip_asymmetry", "length_hacking", "truncation", "reward_plateau",
-         "reward_decline", "reward_dead", "reward_dominant", "zero_std", "kl_only_groups", "heldout_drop")
+         "reward_peak_fall", "reward_decline", "reward_dead", "reward_dominant", "zero_std", "kl_only_groups",
+         "heldout_drop")
+#: Severity tiers, most severe first: critical = not learning or broken now; warning = likely to go wrong; info =
+#: worth knowing (a real change too small to matter).
+SEVERITIES = ("critical", "warning", "info")
 
 Detector = Callable[[History, Thresholds], list[Finding]]
 #: kind(s) -> detector, in report order; ``needs`` names the metrics each reads, ``*`` for any part of a name (a
 #: detector none of whose ``needs`` was logged is listed as skipped instead of run).
 DETECTORS: dict[str, tuple[Detector, tuple[str, ...]]] = {}
+#: The detectors that judge any training run (the rest judge policy-gradient runs with groups: ``History.kind``).
+ANY_RUN = {"nonfinite", "gradients", "heldout"}
 
 
 def detector(*needs: str):
@@ -172,16 +181,37 @@ def detect_gradients(h: History, t: Thresholds) -> list[Finding]:
                     "Fix: lower learning_rate (and warm it up), keep max_grad_norm > 0, raise beta."))
     idx = stats.spikes(g)
     if idx:
-        out.append(Finding(
-            "grad_spike", "gradient-norm spikes", steps[idx[0]], steps[idx[-1]], subject="grad_norm",
-            values={"spikes": len(idx), "largest": max(g[i] for i in idx)},
-            message=f"{len(idx)} spike(s) in the gradient norm (at step(s) "
-                    f"{', '.join(str(steps[i]) for i in idx[:5])}{'...' if len(idx) > 5 else ''}; largest "
-                    f"{_fmt(max(g[i] for i in idx))}, against a median of {_fmt(statistics.median(g))}). Likely "
-                    "cause: a batch with extreme advantages or a few tokens with extreme log-ratios. Fix: keep "
-                    "max_grad_norm > 0 (the logged norm is before clipping), lower learning_rate, use scale_rewards: "
-                    "batch or none, and look at the completions of those steps."))
+        out.append(_grad_spike(h, steps, g, idx))
     return out
+
+
+def _grad_spike(h: History, steps: list[int], g: list[float], idx: list[int]) -> Finding:
+    """The spike finding, read against the flat-group share: in a run whose groups are mostly flat, the steps with a
+    non-flat group carry the whole update, so their norms stand out without anything being wrong with them."""
+    where = f"{', '.join(str(steps[i]) for i in idx[:5])}{'...' if len(idx) > 5 else ''}"
+    values = {"spikes": len(idx), "largest": max(g[i] for i in idx)}
+    z_steps, z = h.curve("frac_reward_zero_std")
+    flat = dict(zip(z_steps, z))
+    at_spikes = [flat[steps[i]] for i in idx if steps[i] in flat]
+    if at_spikes and len(z) >= 4 and statistics.median(z) >= 0.5 and \
+            statistics.fmean(at_spikes) < statistics.median(z) - 0.1:
+        return Finding(
+            "grad_spike", "gradient-norm spikes at the steps with signal", steps[idx[0]], steps[idx[-1]],
+            severity="info", subject="grad_norm", values={**values, "flat_at_spikes": statistics.fmean(at_spikes)},
+            message=f"{len(idx)} spike(s) in the gradient norm (at step(s) {where}), at steps whose batches had fewer "
+                    f"flat groups ({statistics.fmean(at_spikes):.0%}) than the run's median "
+                    f"({statistics.median(z):.0%}): with most groups flat, the few steps with a reward spread carry "
+                    "the whole update, so their norms stand out. Not a learning-rate problem; see the flat-group "
+                    "finding (zero_std_resampling, prompt_selection).")
+    advice = ("use scale_rewards: batch or none, " if h.kind == "grpo" else "")
+    cause = ("a batch with extreme advantages or a few tokens with extreme log-ratios" if h.kind == "grpo" else
+             "a batch unlike the others (very long, or with rare tokens)")
+    return Finding(
+        "grad_spike", "gradient-norm spikes", steps[idx[0]], steps[idx[-1]], subject="grad_norm", values=values,
+        message=f"{len(idx)} spike(s) in the gradient norm (at step(s) {where}; largest "
+                f"{_fmt(max(g[i] for i in idx))}, against a median of {_fmt(statistics.median(g))}). Likely cause: "
+                f"{cause}. Fix: keep max_grad_norm > 0 (the logged norm is before clipping), lower learning_rate, "
+                f"{advice}and look at the batches of those steps.")
 
 
 # ---- the policy -------------------------------------------------------------------------------------------------
@@ -229,6 +259,7 @@ def detect_kl(h: History, t: Thresholds) -> list[Finding]:
                     "(target_kl), and restart from a checkpoint saved before the rise."))
     idx = stats.spikes(k)
     idx = [i for i in idx if i + 1 >= len(k) or k[i + 1] < k[i] / 2]  # transient: the next point comes back down
+    idx = [i for i in idx if k[i] >= t.kl_spike_floor]  # a large ratio on a tiny KL is harmless
     if idx:
         out.append(Finding(
             "kl_spike", "KL spikes", steps[idx[0]], steps[idx[-1]], subject="kl",
@@ -340,6 +371,7 @@ def detect_length(h: History, t: Thresholds) -> list[Finding]:
 
 @detector("reward", "reward_std")
 def detect_reward_trend(h: History, t: Thresholds) -> list[Finding]:
+    """The training reward's shape: falling (critical), rose and fell back, flat, or flat after an early gain."""
     steps, r = h.curve("reward")
     if len(r) < t.plateau_points:
         return []
@@ -347,29 +379,56 @@ def detect_reward_trend(h: History, t: Thresholds) -> list[Finding]:
     spread = statistics.median(rstd) if rstd else stats.mad_sigma(r)
     z, p = stats.mann_kendall(r)
     moved = stats.theil_sen(steps, r) * (steps[-1] - steps[0])
-    out = []
+    half = len(r) // 2
+    z2, p2 = stats.mann_kendall(r[half:])
+    smooth = [statistics.fmean(r[i:i + 5]) for i in range(0, len(r) - 4)]
+    best = max(smooth)
+    end = statistics.fmean(r[-5:])
+    if z2 < 0 and p2 < 0.01 and best - end > 0.5 * spread:
+        return [Finding(
+            "reward_decline", "training reward falling", steps[half], steps[-1], severity="critical", subject="reward",
+            values={"best": best, "end": end},
+            message=f"the training reward fell from {_fmt(best)} (its best 5-log mean) to {_fmt(end)} over the second "
+                    f"half of the run (Mann-Kendall z {z2:.1f}): the policy is degrading on its own training task. "
+                    "Likely cause: a learning rate too high, an entropy or length collapse (see those findings). "
+                    "Fix: lower learning_rate, restart from the best checkpoint, add heldout_guard.")]
+    # Rose and fell back: no net trend (so not a decline of the second half), but not flat either.
+    start, peak_at = statistics.fmean(r[:5]), smooth.index(best)
+    gain = best - start
+    if 0.15 * len(smooth) <= peak_at <= 0.85 * len(smooth) and gain > 0.5 * spread and best - end > 0.6 * gain:
+        return [Finding(
+            "reward_peak_fall", "training reward rose and fell back", steps[peak_at], steps[-1], subject="reward",
+            values={"start": start, "peak": best, "peak_step": steps[peak_at], "end": end},
+            message=f"the training reward rose from {_fmt(start)} to {_fmt(best)} (5-log mean, by step "
+                    f"{steps[peak_at]}) and fell back to {_fmt(end)} by the end, losing {(best - end) / gain:.0%} of "
+                    "its gain: the run learned and then unlearned. Likely cause: a learning rate that is too high "
+                    "once the easy gain is made (no decay), an entropy or KL change after the peak (see those "
+                    "findings). Fix: restart from the checkpoint nearest the peak, decay the learning rate (cosine), "
+                    "add heldout_guard.")]
     if p > 0.05 and abs(moved) < 0.5 * spread:
-        out.append(Finding(
+        return [Finding(
             "reward_plateau", "training reward flat", steps[0], steps[-1], subject="reward",
             values={"trend": moved, "group_spread": spread, "z": z},
             message=f"the training reward moved {moved:+.3g} over {steps[-1] - steps[0]} steps (trend line; "
                     f"Mann-Kendall z {z:.1f}), under half the spread within a group ({_fmt(spread)}): the run is "
                     "not learning what the rewards pay. Likely cause: a learning rate too low, advantages mostly "
                     "zero, the KL term holding the policy (see loss/kl_grad_share), or a reward the policy cannot "
-                    "move. Fix: look at the other findings; raise learning_rate; check frac_reward_zero_std."))
-    half = len(r) // 2
-    z2, p2 = stats.mann_kendall(r[half:])
-    best = max(statistics.fmean(r[i:i + 5]) for i in range(0, len(r) - 4))
-    end = statistics.fmean(r[-5:])
-    if z2 < 0 and p2 < 0.01 and best - end > 0.5 * spread:
-        out.append(Finding(
-            "reward_decline", "training reward falling", steps[half], steps[-1], severity="critical", subject="reward",
-            values={"best": best, "end": end},
-            message=f"the training reward fell from {_fmt(best)} (its best 5-log mean) to {_fmt(end)} over the second "
-                    f"half of the run (Mann-Kendall z {z2:.1f}): the policy is degrading on its own training task. "
-                    "Likely cause: a learning rate too high, an entropy or length collapse (see those findings). "
-                    "Fix: lower learning_rate, restart from the best checkpoint, add heldout_guard."))
-    return out
+                    "move. Fix: look at the other findings; raise learning_rate; check frac_reward_zero_std.")]
+    if len(r) >= 2 * t.plateau_points:
+        # Flat after an early gain: the whole run trends up, so the plateau rule above cannot see the late stall.
+        z1, p1 = stats.mann_kendall(r[:half])
+        moved1 = stats.theil_sen(steps[:half], r[:half]) * (steps[half - 1] - steps[0])
+        moved2 = stats.theil_sen(steps[half:], r[half:]) * (steps[-1] - steps[half])
+        if z1 > 0 and p1 < 0.01 and moved1 > 0.5 * spread and p2 > 0.05 and abs(moved2) < 0.25 * moved1:
+            return [Finding(
+                "reward_plateau", "training reward flat after an early gain", steps[half], steps[-1],
+                subject="reward", values={"first_half": moved1, "second_half": moved2},
+                message=f"the training reward rose {moved1:+.3g} over the first half of the run and moved "
+                        f"{moved2:+.3g} over the second (Mann-Kendall z {z2:.1f}): the run stopped learning after its "
+                        "early gain. Likely cause: the easy prompts are solved (groups turning flat) or the learning "
+                        "rate decayed away. Fix: check frac_reward_zero_std; prompt_selection or harder data; stop "
+                        "the run earlier and spend the compute elsewhere.")]
+    return []
 
 
 def _components(h: History) -> list[str]:
@@ -522,8 +581,18 @@ def heldout_metrics(h: History) -> list[str]:
     return out
 
 
+#: Held-out metrics that are proxies or symptoms rather than quality (the reference answers' NLL, one answer's
+#: share, copied or broken answers): beyond their noise and floor they are a warning, never critical.
+HELDOUT_SYMPTOMS = ("nll", "perplexity", "ppl", "top_move_share", "copied", "broken")
+
+
 @detector("heldout/*", "eval_*")
 def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
+    """Held-out quality falling: against the first evaluation, or after the best one (an overfitting run's eval loss
+    falls, then rises). Judged by noise (the curve's own step-to-step noise) and by size: a change under
+    ``heldout_min_abs`` (rates in [0, 1]) or ``heldout_min_rel`` of the reference value (NLL, loss, reward) is ``info``;
+    a symptom metric (:data:`HELDOUT_SYMPTOMS`) is at most a ``warning``; a quality metric's fall that matters is
+    ``critical``."""
     out = []
     r_steps, reward = h.curve("reward")
     for name in heldout_metrics(h):
@@ -540,30 +609,52 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
         good = [sign * v for v in values]  # higher is better
         diffs = sorted({abs(b - a) for a, b in zip(values, values[1:]) if b != a})
         sigma = max(stats.noise_sigma(values), diffs[0] if diffs else 0.0, 1e-9)
-        fall = good[0] - good[-1]
-        z, p = stats.mann_kendall(good)
         threshold = t.heldout_sigmas * sigma * 2 ** 0.5
-        if fall <= threshold or good[-2] >= good[0] - sigma or z >= 0 or p >= 0.2:
+        z, p = stats.mann_kendall(good)
+        best_i = good.index(max(good))
+        from_start = good[0] - good[-1] > threshold and good[-2] < good[0] - sigma and z < 0 and p < 0.2
+        # After the best: two or more evaluations after it, the last two below it beyond noise, falling.
+        after_best = (0 < best_i < len(good) - 2 and good[best_i] - good[-1] > threshold
+                      and good[-2] < good[best_i] - sigma and stats.mann_kendall(good[best_i:])[0] < 0)
+        if not (from_start or after_best):
             continue
-        span = [v for s, v in zip(r_steps, reward) if steps[0] <= s <= steps[-1]]
+        ref = 0 if from_start and (not after_best or good[0] >= good[best_i] - sigma) else best_i
+        fall = good[ref] - good[-1]
+        bounded = all(0.0 <= v <= 1.0 for v in values) and not any(w in name for w in ("nll", "loss", "ppl"))
+        size = fall if bounded else fall / max(abs(values[ref]), 1e-9)
+        floor = t.heldout_min_abs if bounded else t.heldout_min_rel
+        symptom = any(w in name for w in HELDOUT_SYMPTOMS)
+        severity = "info" if size < floor else "warning" if symptom else "critical"
+        size_text = (f"{fall:.3g}" if bounded else f"{size:.1%}") + (
+            f", under the {floor:g}{'' if bounded else ' (relative)'} that matters" if size < floor else "")
+        span = [v for s, v in zip(r_steps, reward) if steps[ref] <= s <= steps[-1]]
         if len(span) >= 3:
             rz, _ = stats.mann_kendall(span)
-            trend = stats.theil_sen([s for s in r_steps if steps[0] <= s <= steps[-1]], span) * (steps[-1] - steps[0])
+            trend = stats.theil_sen([s for s in r_steps if steps[ref] <= s <= steps[-1]], span) * (steps[-1] - steps[ref])
             context = (f" while the training reward {'rose' if rz > 1.96 else 'fell' if rz < -1.96 else 'stayed flat'} "
                        f"({trend:+.3g} over the same steps, z {rz:.1f})")
         else:
             context = ""
-        best = (f"; its best was {_fmt(score.best)} at step {score.best_step}" if score.best_step not in (steps[0], steps[-1])
-                else "")
+        where = (f"from {_fmt(values[0])} (step {steps[0]})" if ref == 0 else
+                 f"after its best, {_fmt(values[ref])} at step {steps[ref]},")
+        if severity == "info":
+            consequence = ": a real but small drift, worth watching, not a reason to stop."
+        elif h.kind == "grpo":
+            consequence = (": the training is making the model worse on rows it does not train on. Likely cause: "
+                           "updates that raise the training reward by damaging what the reward does not check (a "
+                           "learning rate too high; wrong answers' tokens pushed down as a whole). Fix: add "
+                           "heldout_guard (ends the run with the best evaluation's weights), lower learning_rate, add "
+                           "sft_anchor on that task.")
+        else:
+            consequence = (": the model is fitting its training data at the expense of held-out data (overfitting). "
+                           f"Fix: keep the checkpoint of step {score.best_step} (load_best_model_at_end with "
+                           "metric_for_best_model), fewer epochs, a lower learning rate or more regularisation.")
         out.append(Finding(
-            "heldout_drop", f"held-out {name} getting worse", steps[0], steps[-1], severity="critical", subject=name,
-            values={"first": values[0], "last": values[-1], "best_step": score.best_step, "noise": sigma},
-            message=f"held-out {name} went from {_fmt(values[0])} (step {steps[0]}) to {_fmt(values[-1])} (step "
-                    f"{steps[-1]}), {fall / sigma:.1f} noise sigmas worse{best}{context}: the training is making the "
-                    "model worse on rows it does not train on. Likely cause: updates that raise the training reward "
-                    "by damaging what the reward does not check (a learning rate too high; wrong answers' tokens "
-                    "pushed down as a whole). Fix: add heldout_guard (ends the run with the best evaluation's "
-                    "weights), lower learning_rate, add sft_anchor on that task."))
+            "heldout_drop", f"held-out {name} getting worse", steps[ref], steps[-1], severity=severity, subject=name,
+            values={"first": values[0], "last": values[-1], "reference_step": steps[ref], "best_step": score.best_step,
+                    "noise": sigma, "change": fall, "size": size},
+            message=f"held-out {name} went {where} to {_fmt(values[-1])} (step {steps[-1]}), {fall / sigma:.1f} noise "
+                    f"sigmas worse, a change of {size_text}{context}{consequence}"))
     return out
 
 
@@ -579,9 +670,13 @@ def diagnose(history: History, thresholds: Thresholds | None = None,
     """
     t = thresholds or Thresholds()
     names = history.names()
+    kind = history.kind
     findings, skipped = [], {}
     for name, (fn, needs) in DETECTORS.items():
         if only and name not in only:
+            continue
+        if kind != "grpo" and name not in ANY_RUN:
+            skipped[name] = f"judges GRPO-style runs; this log is {kind}"
             continue
         if needs and not any(fnmatch.filter(names, n) for n in needs):
             skipped[name] = f"needs {' or '.join(needs)}, not logged"

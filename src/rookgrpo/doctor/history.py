@@ -94,6 +94,30 @@ class History:
         return self._names
 
     @property
+    def kind(self) -> str:
+        """What trained: ``"preference"`` (DPO/KTO/ORPO: chosen/rejected rewards or log-probs), ``"grpo"`` (GRPO/RLOO
+        keys: a reward, KL, flat-group share, completion stats), ``"sft"`` (a loss and token accuracy, nothing of RL).
+        Detectors and advice that only make sense for a policy-gradient run with groups are not run on the others.
+
+        >>> History([{"step": 1, "loss": 1.0, "eval_loss": 1.2}]).kind
+        'sft'
+        >>> History([{"step": 1, "rewards/chosen": 0.1, "rewards/margins": 0.2}]).kind
+        'preference'
+        >>> History([{"step": 1, "reward": 0.3, "frac_reward_zero_std": 0.5}]).kind
+        'grpo'
+        """
+        names = self.names()
+        if any(n.startswith(("rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected"))
+               for n in names):
+            return "preference"
+        if any(n in ("reward", "kl", "frac_reward_zero_std") or n.startswith(("rewards/", "completions/", "clip_ratio"))
+               for n in names):
+            return "grpo"
+        if "mean_token_accuracy" in names or names & {"loss", "eval_loss", "train_loss"}:
+            return "sft"
+        return "grpo"  # nothing to tell by (a curve or two): every detector judges what it finds
+
+    @property
     def last_step(self) -> int:
         return max((int(e["step"]) for e in self.entries), default=0)
 

@@ -6,7 +6,7 @@ A recipe names a reward in the registry's grammar, plus what only rewards have (
 1. a registered name: ``uci_charset``, ``chess_move_rank`` (see :func:`available_rewards`);
 2. a dotted import path: ``my_pkg.my_rewards:my_reward`` (``pkg.mod.fn`` also works, as in ``trl grpo``);
 3. a file path: ``rewards/my_reward.py:my_reward`` (relative to the launch directory, or absolute);
-4. any of these with arguments: ``{name: chess_move_rank, depth: 12}``;
+4. any of these with arguments: ``{name: my_rewards.py:length_penalty, target: 40}``;
 5. a callable (from Python);
 6. a reward-model id or local directory (``org/model`` or ``./my-judge``): passed to TRL unchanged, which loads it as
    an ``AutoModelForSequenceClassification`` exactly as ``GRPOTrainer`` does; a packaged judge's short name
@@ -61,7 +61,7 @@ def get_reward(name: str) -> Callable[..., Any]:
 def resolve_reward_func(spec: Any) -> Any:
     """Turn one ``reward_funcs`` entry into what ``GRPOTrainer`` accepts: a callable, or a reward-model id string.
 
-    An entry with arguments (``{name: chess_move_rank, depth: 12}``) builds a new reward: a new instance of a
+    An entry with arguments (``{name: my_rewards.py:length_penalty, target: 40}``) builds a new reward: a new instance of a
     registered reward object's class, a class called with them, or a function with them bound; TRL names its metrics
     by the registered name either way.
     """
@@ -70,14 +70,14 @@ def resolve_reward_func(spec: Any) -> Any:
         if callable(name) and not kwargs:
             return name
         if callable(name):
-            return _with_args(name, kwargs, getattr(name, "__name__", type(name).__name__))
+            return registry.bind(name, kwargs, "reward", getattr(name, "__name__", type(name).__name__))
         raise ConfigError(
             f"reward_funcs: entry {spec!r} is a {type(spec).__name__}; expected a registered name, "
             "'pkg.module:function', 'path/to/file.py:function', a callable, or a reward-model id."
         )
     if registry.registered("reward", name) or registry.looks_like_path(name) and not Path(name).is_dir():
         func = registry.load("reward", name)
-        return _with_args(func, kwargs, name) if kwargs else func
+        return registry.bind(func, kwargs, "reward", name)
     if kwargs:
         raise ConfigError(f"reward_funcs: {name!r} takes no arguments here (it is not a registered reward or a path).")
     if Path(name).is_dir():
@@ -89,26 +89,3 @@ def resolve_reward_func(spec: Any) -> Any:
     if _HUB_ID.match(name):
         return name  # a hub reward model; TRL loads it
     raise ConfigError(registry.unknown_message("reward", name))
-
-
-def _with_args(func: Any, kwargs: dict, name: str) -> Any:
-    """A reward built from ``func`` with recipe arguments, named ``name`` (TRL's metric name)."""
-    import functools
-    import inspect
-
-    if inspect.isclass(func):
-        built = registry.call_with(func, kwargs, "reward", name)
-    elif inspect.isfunction(func) or inspect.ismethod(func):
-        try:
-            inspect.signature(func).bind_partial(**kwargs)
-        except TypeError as exc:
-            raise ConfigError(f"reward_funcs: bad arguments for {name!r}: {exc}. Signature: {name}"
-                              f"{inspect.signature(func)}") from exc
-        built = functools.partial(func, **kwargs)
-    else:  # a registered instance: a new one of its class, with these arguments
-        built = registry.call_with(type(func), kwargs, "reward", name)
-    try:
-        built.__name__ = name.rpartition(":")[2] if ":" in name else name
-    except (AttributeError, TypeError):
-        pass
-    return built
