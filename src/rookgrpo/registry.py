@@ -171,6 +171,22 @@ def lookup(kind: str, name: str) -> Any:
     return entry.target
 
 
+def guarded(kind: str, name: str, func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` (a registered builder) such that a missing extra it runs into when called, not only when imported, is
+    the same one-line error as :func:`lookup`'s."""
+    entry = _STATE.entries[kind].get(name)
+
+    def call(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except ImportError as exc:
+            if entry is not None and missing_extra(exc, entry):
+                raise ConfigError(extra_message(f"{KINDS[kind]}: 'rookgrpo/{name}'", entry, exc)) from None
+            raise
+
+    return call
+
+
 def unknown_message(kind: str, name: str) -> str:
     known = sorted(_STATE.entries[kind])
     close = difflib.get_close_matches(str(name), known, n=3)

@@ -70,11 +70,11 @@ def packaged_datasets() -> list[str]:
 def resolve_model(name_or_path: str) -> str:
     """Map ``rookgrpo/<name>`` to a local model directory; return anything else unchanged."""
     if isinstance(name_or_path, str) and name_or_path.startswith(PREFIX) and not Path(name_or_path).exists():
-        from ..registry import lookup, registered
+        from ..registry import guarded, lookup, registered
 
         key = name_or_path[len(PREFIX):]
         if registered("model", key):
-            return str(_on_local_main_process_first(lookup("model", key)))
+            return str(_on_local_main_process_first(guarded("model", key, lookup("model", key))))
         from ..errors import ConfigError
 
         raise ConfigError(
@@ -100,12 +100,12 @@ def _on_local_main_process_first(build):
 def packaged_dataset_builder(name: str):
     """The builder for a built-on-demand packaged dataset (``rookgrpo/humaneval``, ...), or ``None``."""
     if isinstance(name, str) and name.startswith(PREFIX) and not Path(name).exists():
-        from ..registry import lookup, registered
+        from ..registry import guarded, lookup, registered
 
         key = name[len(PREFIX):]
         if registered("dataset", key):
             source = lookup("dataset", key)
-            return None if isinstance(source, Path) else source
+            return None if isinstance(source, Path) else guarded("dataset", key, source)
     return None
 
 

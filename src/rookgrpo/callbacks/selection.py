@@ -53,7 +53,7 @@ class PromptSelection(RookCallback):
         >>> from rookgrpo.callbacks import resolve_callback
         >>> cb = resolve_callback({"prompt_selection": {"rule": "greso", "max_skips": 4}})
         >>> type(cb).__name__, cb.max_skips, cb.needs_prompt_ids, cb.batch_stage
-        ('PromptSelection', 4, True, True)
+        ('PromptSelection', 4, True, 'first_round')
     """
 
     state_key = "prompt_selection"

@@ -93,6 +93,8 @@ class SFTAnchor(RookCallback):
         from ..data import apply_format, load_recipe_dataset
 
         rows = apply_format(load_recipe_dataset(self.data), self.format, "prompt", self.tasks)
+        if len(rows) == 0:
+            raise ConfigError(f"sft_anchor: {self.data!r} has no {'/'.join(self.tasks or ['any'])} rows to anchor on.")
         columns = rows.column_names or []
         missing = [c for c in ("prompt", "completion") if c not in columns]
         if missing:

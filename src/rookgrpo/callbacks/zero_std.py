@@ -56,7 +56,7 @@ class ZeroStdResampling(RookCallback):
         >>> from rookgrpo.callbacks import resolve_callback
         >>> cb = resolve_callback({"zero_std_resampling": {"max_rounds": 2}})
         >>> type(cb).__name__, cb.max_rounds, cb.batch_stage
-        ('ZeroStdResampling', 2, True)
+        ('ZeroStdResampling', 2, 'change_rows')
     """
 
     state_key = "zero_std_resampling"

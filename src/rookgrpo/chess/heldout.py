@@ -23,6 +23,8 @@ on does not change the training run, only its time (``timing/heldout``: seconds 
 
 from __future__ import annotations
 
+import chess  # noqa: F401  (the pack's dependency: without the extra, naming chess_eval fails with its name)
+
 from ..callbacks.heldout_eval import HeldoutEval
 from ..callbacks.registry import register_callback
 from ..errors import ConfigError

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..assets import cache_dir
-from .model import build_fill_in_judge, fill_in_prompts
+from . import model
 
 
 def fill_in_judge() -> Path:
-    return build_fill_in_judge(cache_dir() / "models" / "fill-in-judge-v1")
+    return model.build_fill_in_judge(cache_dir() / "models" / "fill-in-judge-v1")
 
 
 def fill_in_prompts_dataset():
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": fill_in_prompts(1024, seed=0)})
+    return Dataset.from_dict({"prompt": model.fill_in_prompts(1024, seed=0)})
