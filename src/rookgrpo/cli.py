@@ -81,15 +81,12 @@ def launch_command(argv: Sequence[str]) -> list[str]:
 def resolve_accelerate_config(name: str) -> Path:
     """An accelerate config: a file, a packaged config's name (``cpu-ddp``, ``ddp``, ``zero2``, ``zero3``,
     ``fsdp``: found from any working directory), or the name of one of TRL's bundled configs."""
-    from .recipe import packaged_accelerate_configs
+    from .recipe import find_packaged, packaged_accelerate_configs
 
-    path = Path(name).expanduser()
-    if path.is_file():
-        return path
     packaged = packaged_accelerate_configs()
-    stem = path.name[: -len(path.suffix)] if path.suffix in (".yaml", ".yml") else path.name
-    if stem in packaged and (path.parent == Path(".") or path.parent.name == "accelerate"):
-        return packaged[stem]
+    found = find_packaged(name, packaged, "accelerate")
+    if found is not None:
+        return found
     from importlib import resources
 
     bundled = resources.files("trl.accelerate_configs").joinpath(f"{name}.yaml")

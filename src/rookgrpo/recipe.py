@@ -39,6 +39,22 @@ def packaged_accelerate_configs() -> dict[str, Path]:
     return {p.stem: p for p in sorted(ACCELERATE_DIR.glob("*.yaml"))}
 
 
+def _stem(path: Path) -> str:
+    return path.name[: -len(path.suffix)] if path.suffix in (".yaml", ".yml") else path.name
+
+
+def find_packaged(name_or_path: str, known: dict[str, Path], folder: str) -> Path | None:
+    """An existing file, else the packaged file named ``NAME``, ``NAME.yaml`` or ``FOLDER/NAME.yaml`` (as the docs
+    write it, so a path from the repository works outside it), else ``None``."""
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    stem = _stem(path)
+    if stem in known and (path.parent == Path(".") or path.parent.name == folder):
+        return known[stem]
+    return None
+
+
 def resolve_recipe(name_or_path: str) -> Path:
     """A recipe file: an existing path, else a packaged recipe's name (``rookworld-tiny``, or ``recipes/<name>.yaml``
     as the docs write it, which then also works outside the repository).
@@ -50,13 +66,11 @@ def resolve_recipe(name_or_path: str) -> Path:
     ...
     rookgrpo.errors.ConfigError: recipe 'rookworld-tiy' does not exist and is not a packaged recipe. Did you mean 'rookworld-tiny' or 'rookworld'? Packaged: chess-smoke, code, judge, rookworld-tiny, rookworld, smoke (`rookgrpo recipes` lists them; `rookgrpo recipes NAME --copy DIR` writes one out to edit).
     """
-    path = Path(name_or_path).expanduser()
-    if path.is_file():
-        return path
+    found = find_packaged(name_or_path, packaged_recipes(), "recipes")
+    if found is not None:
+        return found
     known = packaged_recipes()
-    stem = path.name[: -len(path.suffix)] if path.suffix in (".yaml", ".yml") else path.name
-    if stem in known and (path.parent == Path(".") or path.parent.name == "recipes"):
-        return known[stem]
+    stem = _stem(Path(name_or_path))
     close = difflib.get_close_matches(stem, list(known), n=2)
     hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
     raise ConfigError(f"recipe {name_or_path!r} does not exist and is not a packaged recipe.{hint} Packaged: "
