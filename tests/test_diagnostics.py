@@ -6,6 +6,7 @@ import sys
 from conftest import REPO, tiny_grpo_args
 from rookgrpo import RookGRPOTrainer
 from rookgrpo.callbacks import Diagnostics
+from rookgrpo.callbacks.diagnostics import _eos_token_ids
 
 sys.path.insert(0, str(REPO / "tests" / "assets"))
 from flat_reward import mostly_flat  # noqa: E402
@@ -117,7 +118,7 @@ def _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, let_go_at: int,
                               args=tiny_grpo_args(tmp_path, **layout), train_dataset=smoke_dataset,
                               eval_dataset=smoke_dataset.select(range(8)) if "eval_strategy" in layout else None,
                               callbacks=[diagnostics, LetGo()])
-    trainer.generation_config.forced_eos_token_id = trainer.eos_token_ids[0]
+    trainer.generation_config.forced_eos_token_id = _eos_token_ids(trainer)[0]  # TRL 1.10 has no eos_token_ids
     with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
         trainer.train()
     return trainer, diagnostics, [r.getMessage() for r in caplog.records if "without an end token" in r.getMessage()]

@@ -108,6 +108,11 @@ def scenario_runs(tiny_model_dir, tmp_path_factory):
 @pytest.mark.parametrize("name", ["healthy", "constant", "constant-kl", "plateau-judge", "diverging", "length",
                                   "heldout-drop"])
 def test_each_failure_is_named_and_a_healthy_run_gives_none(scenario_runs, name):
+    import trl
+    from packaging.version import Version
+
+    if name == "length" and Version(trl.__version__) < Version("1.11"):
+        pytest.skip("TRL 1.10 ends a completion at the tokenizer's eos only; the scenario stops at digits too")
     found = kinds(scenario_runs[name])
     expected = set(scenarios.LABELS[name])
     if not expected:

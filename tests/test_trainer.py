@@ -105,7 +105,7 @@ def test_rollout_dispatch_with_a_trainer_built_without_init():
         trainer.vllm_generation = SimpleNamespace(sync_weights=MagicMock())
         trainer.tools = None
         trainer.eos_token_ids = [0]
-        trainer._tokenizer = SimpleNamespace(pad_token_id=0)
+        trainer._tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=1)  # TRL 1.10 reads eos from it
         trainer.processing_class = SimpleNamespace(batch_decode=lambda ids, **kw: ["c" * len(i) for i in ids])
         from collections import defaultdict
         trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
