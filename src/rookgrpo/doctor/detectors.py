@@ -613,8 +613,11 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
         z, p = stats.mann_kendall(good)
         best_i = good.index(max(good))
         from_start = good[0] - good[-1] > threshold and good[-2] < good[0] - sigma and z < 0 and p < 0.2
-        # After the best: two or more evaluations after it, the last two below it beyond noise, falling.
-        after_best = (0 < best_i < len(good) - 2 and good[best_i] - good[-1] > threshold
+        # After the best: two or more evaluations after it, falling, and the mean of the last two below the mean
+        # around the best (it and its neighbours) beyond noise. A single high evaluation is the maximum of noisy
+        # values, optimistic by selection: the neighbourhood's mean is what the best stands for.
+        around = good[max(best_i - 1, 0): best_i + 2]
+        after_best = (0 < best_i < len(good) - 2 and statistics.fmean(around) - statistics.fmean(good[-2:]) > threshold
                       and good[-2] < good[best_i] - sigma and stats.mann_kendall(good[best_i:])[0] < 0)
         if not (from_start or after_best):
             continue
