@@ -228,19 +228,13 @@ def _pack_command(target: str):
     def run(args: argparse.Namespace, extra: list[str]) -> int:
         import importlib
 
-        from .registry import BUILTIN_PACKS, Entry, extra_message, missing_extra
+        from .registry import builtin_pack_entry, naming_the_extra
 
         module, _, attr = target.partition(":")
-        pack = next(p for p in BUILTIN_PACKS if p.rsplit(".", 1)[0] == module.rsplit(".", 1)[0])
-        extra_name, modules = BUILTIN_PACKS[pack]
-        entry = Entry(target, pack.split(".")[1], extra_name, modules)
-        try:  # the pack's modules import its dependencies where they are used: the call is inside too
+        # The pack's modules import its dependencies where they are used: the call is inside too.
+        with naming_the_extra(builtin_pack_entry(module), f"`rookgrpo {args.command}`"):
             func = getattr(importlib.import_module(module), attr)
             return func(args) if attr == "rewards_audit" else func(args, extra)
-        except ImportError as exc:
-            if missing_extra(exc, entry):
-                raise ConfigError(extra_message(f"`rookgrpo {args.command}`", entry, exc)) from None
-            raise
 
     return run
 

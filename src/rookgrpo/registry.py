@@ -31,6 +31,7 @@ A pack of your own is a module that calls :func:`register` (import it, or name i
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import importlib.util
@@ -45,10 +46,10 @@ from typing import Any
 
 from .errors import ConfigError
 
-#: What can be registered, with the recipe field that names it (used in error messages).
 #: What an object of each kind is called in messages.
 NOUNS = {"reward": "function", "callback": "Class", "format": "function", "evaluator": "function",
          "model": "function", "dataset": "function"}
+#: What can be registered, with the recipe field that names it (used in error messages).
 KINDS = {
     "reward": "reward_funcs",
     "callback": "callbacks",
@@ -177,12 +178,8 @@ def guarded(kind: str, name: str, func: Callable[..., Any]) -> Callable[..., Any
     entry = _STATE.entries[kind].get(name)
 
     def call(*args, **kwargs):
-        try:
+        with naming_the_extra(entry, f"{KINDS[kind]}: 'rookgrpo/{name}'"):
             return func(*args, **kwargs)
-        except ImportError as exc:
-            if entry is not None and missing_extra(exc, entry):
-                raise ConfigError(extra_message(f"{KINDS[kind]}: 'rookgrpo/{name}'", entry, exc)) from None
-            raise
 
     return call
 
@@ -310,14 +307,31 @@ def extra_message(what: str, entry: Entry, exc: ImportError) -> str:
             f"pip install 'rookgrpo[{entry.extra}]'.")
 
 
+@contextlib.contextmanager
+def naming_the_extra(entry: Entry | None, what: str):
+    """Inside, an import of a module that ``entry``'s extra brings, missing here, becomes the one-line
+    :class:`ConfigError` naming the extra (:func:`extra_message`); any other ImportError passes unchanged."""
+    try:
+        yield
+    except ImportError as exc:
+        if entry is not None and missing_extra(exc, entry):
+            raise ConfigError(extra_message(what, entry, exc)) from None
+        raise
+
+
+def builtin_pack_entry(module: str) -> Entry:
+    """The pack a module of a built-in pack belongs to (``rookgrpo.chess.commands`` -> the chess pack), as an
+    :class:`Entry` that names its extra."""
+    package = module.rsplit(".", 1)[0]
+    pack = next(p for p in BUILTIN_PACKS if p.rsplit(".", 1)[0] == package)
+    extra, modules = BUILTIN_PACKS[pack]
+    return Entry(module, pack.split(".")[1], extra, modules)
+
+
 def _import_target(target: str, kind: str, name: str, entry: Entry) -> Any:
     module_name, _, attr = target.partition(":")
-    try:
+    with naming_the_extra(entry, f"{KINDS[kind]}: {name!r}"):
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        if missing_extra(exc, entry):
-            raise ConfigError(extra_message(f"{KINDS[kind]}: {name!r}", entry, exc)) from None
-        raise
     return getattr(module, attr)
 
 

@@ -133,11 +133,11 @@ class Doctor(RookCallback):
         self._logs += 1
         if self._logs % self.check_every:
             return
+        from ..doctor.detectors import SEVERITIES
+
         findings, _ = self._check(state)
         main = state.is_world_process_zero  # not the trainer's: on a plain TRL GRPOTrainer bind() never ran
         for finding in findings:
-            from ..doctor.detectors import SEVERITIES
-
             before = self.reported.get(finding.key)
             if before is not None and SEVERITIES.index(finding.severity) >= SEVERITIES.index(before["severity"]):
                 continue  # said already, at this severity or a higher one; a finding that grows is said again

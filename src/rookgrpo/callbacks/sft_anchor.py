@@ -93,17 +93,16 @@ class SFTAnchor(RookCallback):
         from ..data import apply_format, load_recipe_dataset
 
         rows = apply_format(load_recipe_dataset(self.data), self.format, "prompt", self.tasks)
+        columns = rows.column_names or []
+        if self.tasks and "task" in columns:
+            rows = rows.filter(lambda r: r["task"] in self.tasks)
+        # Before the column check: a format that kept no row may leave the input's columns only.
         if len(rows) == 0:
             raise ConfigError(f"sft_anchor: {self.data!r} has no {'/'.join(self.tasks or ['any'])} rows to anchor on.")
-        columns = rows.column_names or []
         missing = [c for c in ("prompt", "completion") if c not in columns]
         if missing:
             raise ConfigError(f"sft_anchor: {self.data!r} has no {' or '.join(missing)} column after format "
                               f"{self.format!r} (columns: {', '.join(columns)}); the anchor needs reference answers.")
-        if self.tasks and "task" in columns:
-            rows = rows.filter(lambda r: r["task"] in self.tasks)
-        if len(rows) == 0:
-            raise ConfigError(f"sft_anchor: {self.data!r} has no {'/'.join(self.tasks or ['any'])} rows to anchor on.")
         if not all(isinstance(p, str) for p in rows["prompt"][:1]):
             raise ConfigError(f"sft_anchor: {self.data!r} has conversational prompts; the anchor takes text "
                               "prompt/completion rows (apply the chat template to the data first).")

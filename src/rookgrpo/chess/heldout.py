@@ -14,7 +14,7 @@ own entry at step 0), under ``heldout/``:
   board again) and ``env_broken_rate`` (a placement that is not a board): a run trading copies for broken boards
   shows there;
 - both: ``nll_P`` and ``nll_A``, the teacher-forced NLL of the rows' reference answers in nats per token
-  (:func:`rookgrpo.chess.evaluate.reference_nll`). It needs no sampling and moves before greedy accuracy does: a policy
+  (:func:`rookgrpo.evaluation.reference_nll`). It needs no sampling and moves before greedy accuracy does: a policy
   whose updates push down the tokens of right answers shows it here first.
 
 Greedy decoding draws no random numbers and the engine clears its hash before every search, so turning the callback
