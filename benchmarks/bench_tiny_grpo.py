@@ -83,6 +83,18 @@ ARM_SPECS: dict[str, dict] = {
     # The anchor's data and steps with no reward signal: what supervised steps alone give (no resampling, since
     # every group is flat).
     "sft-only": {"callbacks": [{**ANCHOR, "coef": 0.3}], "weights": 0.0, "remove": ["zero_std_resampling"]},
+    # The best-move grid's levers (docs/experiments/2026-11-27-best-move-grid-plan.md), each a change to the shipped
+    # recipe: the anchor on P: and A: lines; a reward paying the engine's best move apart from the rest of the top 5;
+    # the format term weighted 4 times as much; TRL's entropy bonus; a hotter P: sample.
+    "anchor-PA-0.1": {"callbacks": [{**ANCHOR, "tasks": ["P", "A"], "coef": 0.1}]},
+    "best-hit-1.0": {"rewards": {f"{REPO / 'benchmarks' / 'levers.py'}:ChessBestHit": 1.0}},
+    "format-1.0": {"reward_weights": {"chess_format": 1.0}},
+    "entropy-0.01": {"set": {"entropy_coef": 0.01}},
+    "p-temp-1.0": {"task_kwargs": {"P": {"temperature": 1.0}}},
+    # The P:+A: anchor's lines, steps and schedule with every reward weighted 0: its supervised-only control.
+    "sft-only-PA": {"set": {"learning_rate": 1e-5, "lr_scheduler_type": "cosine"},
+                    "callbacks": [{**ANCHOR, "tasks": ["P", "A"], "coef": 0.1}], "weights": 0.0,
+                    "remove": ["zero_std_resampling"]},
 }
 ARMS = tuple(ARM_SPECS)
 # Arms whose lever lost the grid and was removed from the package (docs/experiments/2026-11-27-grpo-grid-plan.md): their
@@ -108,11 +120,19 @@ ARM_TEXT = {
     "anchor-0.1": "the recipe plus `sft_anchor` (A: lines, 16 per loss) at coef 0.1",
     "anchor-0.3": "the recipe plus `sft_anchor` (A: lines, 16 per loss) at coef 0.3",
     "sft-only": "`sft_anchor` at coef 0.3 with every reward weighted 0 and no resampling (supervised steps alone)",
+    "anchor-PA-0.1": "the recipe plus `sft_anchor` on P: and A: lines (16 per loss) at coef 0.1",
+    "best-hit-1.0": "the recipe plus `ChessBestHit` (benchmarks/levers.py: 1 for the engine's best move) at weight 1",
+    "format-1.0": "the recipe with `chess_format` weighted 1.0 (not 0.25)",
+    "entropy-0.01": "the recipe with TRL's `entropy_coef: 0.01`",
+    "p-temp-1.0": "the recipe sampling P: at temperature 1.0 (not 0.5)",
+    "sft-only-PA": "`sft_anchor` on P: and A: lines at coef 0.1, learning rate 1e-5 cosine, every reward weighted 0 "
+                   "and no resampling (the P:+A: anchor's supervised steps alone)",
 }
 # The levers an arm can combine with ``+`` (e.g. ``lr1e-5-cosine+anchor-0.1``: the grid's ``best`` arm, named by what it
 # combines): the recipe's changes, not the vanilla arms, the recipe itself or the supervised control.
 BASELINES = ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature")  # what the grid's levers change
-LEVERS = tuple(a for a in ARMS if a not in (*BASELINES, "sft-only"))
+CONTROLS = ("sft-only", "sft-only-PA")  # supervised steps alone: arms of their own, not levers
+LEVERS = tuple(a for a in ARMS if a not in (*BASELINES, *CONTROLS))
 
 
 def arm_spec(arm: str) -> dict:
@@ -135,15 +155,17 @@ def arm_spec(arm: str) -> dict:
                          f"{', '.join(ARMS)}; levers: {', '.join(LEVERS)}")
     if len(set(parts)) < len(parts):
         raise ValueError(f"arm {arm!r}: a lever named twice; name each once")
-    spec: dict = {"set": {}, "drop": [], "callbacks": [], "remove": []}
+    spec: dict = {"set": {}, "drop": [], "callbacks": [], "remove": [], "rewards": {}, "reward_weights": {},
+                  "task_kwargs": {}}
     for part in parts:
         s = ARM_SPECS[part]
-        if clash := set(s.get("set", {})) & set(spec["set"]):
-            raise ValueError(f"arm {arm!r}: {part} sets {', '.join(sorted(clash))}, which another part sets too")
+        for key in ("set", "rewards", "reward_weights", "task_kwargs"):
+            if clash := set(s.get(key, {})) & set(spec[key]):
+                raise ValueError(f"arm {arm!r}: {part} sets {', '.join(sorted(clash))}, which another part sets too")
+            spec[key].update(s.get(key, {}))
         names = {c["name"] for c in spec["callbacks"]}
         if clash := {c["name"] for c in s.get("callbacks", ())} & names:
             raise ValueError(f"arm {arm!r}: {part} adds {', '.join(sorted(clash))}, which another part adds too")
-        spec["set"].update(s.get("set", {}))
         spec["callbacks"] += list(s.get("callbacks", ()))
         spec["drop"] += list(s.get("drop", ()))
         spec["remove"] += list(s.get("remove", ()))
@@ -260,6 +282,14 @@ def arm_recipe(arm: str, tmp: str) -> str:
     for key in spec.get("drop", ()):
         recipe.pop(key, None)
     recipe.update(spec.get("set", {}))
+    for name, weight in spec.get("rewards", {}).items():  # rewards an arm adds, with their weights
+        recipe["reward_funcs"] = [*recipe["reward_funcs"], name]
+        recipe["reward_weights"] = [*recipe["reward_weights"], weight]
+    for name, weight in spec.get("reward_weights", {}).items():
+        recipe["reward_weights"][recipe["reward_funcs"].index(name)] = weight
+    for task, kwargs in spec.get("task_kwargs", {}).items():  # per-task sampling changed, the rest kept
+        recipe["task_generation_kwargs"] = {**recipe["task_generation_kwargs"],
+                                            task: {**recipe["task_generation_kwargs"].get(task, {}), **kwargs}}
     if "weights" in spec:
         recipe["reward_weights"] = [spec["weights"]] * len(recipe["reward_funcs"])
     path = Path(tmp) / f"{arm.replace('+', '_')}.yaml"
@@ -283,12 +313,14 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     weights = trainer.reward_weights.tolist()
     flat = FlatGroups(trainer.reward_funcs[names.index("chess_env")], G, weights[names.index("chess_env")],
                       [(trainer.reward_funcs[i], weights[i]) for i, n in enumerate(names) if n == "chess_env_board"])
+    # P: groups whose format reward is flat (one score for all 8 samples): where a format term can teach nothing.
+    fmt = FlatGroups(trainer.reward_funcs[names.index("chess_format")], G)
     if arm in VANILLA_ARMS:
         fields = {k: getattr(trainer.args, k) for k, f in GRPOConfig.__dataclass_fields__.items()
                   if f.init and hasattr(trainer.args, k)}
         fields.update(output_dir=out)
         fields.pop("generation_batch_size", None)  # derived from steps_per_generation; TRL rejects both
-        funcs = [flat if name == "chess_env" else f for name, f in zip(names, trainer.reward_funcs)]
+        funcs = [{"chess_env": flat, "chess_format": fmt}.get(name, f) for name, f in zip(names, trainer.reward_funcs)]
         # The recipe's trainer resolved the rewards by name with its Stockfish settings; vanilla gets the same objects.
         trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=GRPOConfig(**fields),
                               train_dataset=trainer.train_dataset)
@@ -300,9 +332,10 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
         budget_cb = None
     else:
         trainer.reward_funcs[names.index("chess_env")] = flat
+        trainer.reward_funcs[names.index("chess_format")] = fmt
         budget_cb = CompletionBudget(budget, trainer)
         trainer.add_callback(budget_cb)
-    flat.trainer = trainer
+    flat.trainer = fmt.trainer = trainer
     logs = LogRecorder()
     trainer.add_callback(logs)
     start = time.perf_counter()
@@ -312,7 +345,8 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     return {"model": out, "steps": trainer.state.global_step, "seconds": seconds,
             "generated": budget if budget_cb is None else budget_cb.generated,
             "a_groups": flat.first[1], "a_flat_before": flat.first[0] / flat.first[1] if flat.first[1] else float("nan"),
-            "a_flat_after": logs.a_flat_after(arm, flat), **logs.flat_all()}
+            "a_flat_after": logs.a_flat_after(arm, flat),
+            "p_format_flat": fmt.first[0] / fmt.first[1] if fmt.first[1] else float("nan"), **logs.flat_all()}
 
 
 class LogRecorder(TrainerCallback):

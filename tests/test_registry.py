@@ -40,6 +40,20 @@ def test_callables_and_model_ids_pass_through(tmp_path):
     assert resolve_reward_func(str(tmp_path)) == str(tmp_path)  # a local reward-model directory
 
 
+def test_a_reward_class_is_built_with_or_without_arguments(tmp_path, monkeypatch):
+    """TRL calls each reward with the batch: a class named by path (or passed) must arrive as an instance, not be
+    called with ``prompts=``; with arguments, they go to its constructor."""
+    (tmp_path / "mine.py").write_text(
+        "class Length:\n"
+        "    def __init__(self, scale=1.0):\n        self.scale, self.__name__ = scale, 'length'\n"
+        "    def __call__(self, completions, **kwargs):\n        return [self.scale * len(c) for c in completions]\n")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_reward_func("mine.py:Length")(completions=["ab"]) == [2.0]
+    assert resolve_reward_func({"name": "mine.py:Length", "scale": 3})(completions=["ab"]) == [6.0]
+    cls = type(resolve_reward_func("mine.py:Length"))
+    assert resolve_reward_func(cls)(completions=["abc"]) == [3.0]
+
+
 def test_unknown_name_suggests_the_close_registered_one():
     with pytest.raises(ConfigError) as err:
         resolve_reward_func("uci_charst")

@@ -17,6 +17,8 @@ Anything else is an error that lists the registered names and says what the vali
 
 from __future__ import annotations
 
+import inspect
+
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -67,6 +69,8 @@ def resolve_reward_func(spec: Any) -> Any:
     """
     name, kwargs = registry.split_spec(spec, "reward")
     if not isinstance(name, str):
+        if inspect.isclass(name):
+            return registry.call_with(name, kwargs, "reward", name.__name__)
         if callable(name) and not kwargs:
             return name
         if callable(name):
@@ -77,6 +81,8 @@ def resolve_reward_func(spec: Any) -> Any:
         )
     if registry.registered("reward", name) or registry.looks_like_path(name) and not Path(name).is_dir():
         func = registry.load("reward", name)
+        if inspect.isclass(func):  # a reward class named by path: TRL calls what it gets, so build one
+            return registry.call_with(func, kwargs, "reward", name)
         return registry.bind(func, kwargs, "reward", name)
     if kwargs:
         raise ConfigError(f"reward_funcs: {name!r} takes no arguments here (it is not a registered reward or a path).")

@@ -1,0 +1,177 @@
+"""The best-move grid: which change to the shipped recipe raises held-out best-move accuracy and holds greedy format?
+
+The plan (arms, metrics, seeds, decision rule) was written before the runs: docs/experiments/2026-11-27-best-move-grid-plan.md.
+Every arm is ``recipes/rookworld-tiny.yaml`` as shipped (the control) or that recipe with one change, trained by
+:func:`bench_tiny_grpo.run` (the same reward objects, Stockfish settings and completions budget as the last grid:
+200 steps of 32 completions, resampling rounds counted), without the held-out evaluation and guard (an arm is judged
+by its last step's weights), then evaluated greedily on the 256 reported held-out positions
+(``rookgrpo/tiny-rookworld-eval``, Stockfish depth 8). Seeds 1-5, arms interleaved per seed.
+
+    python benchmarks/bench_best_move_grid.py --out benchmarks/results/best_move_grid.json     (run or resume)
+    python benchmarks/bench_best_move_grid.py --from_result benchmarks/results/best_move_grid.json    (re-table)
+
+Each finished run is kept in ``OUT.partial``; the same command again skips the runs it holds, so the grid can run
+over several sessions (run it from a ``git worktree`` pinned at one commit, so edits on main cannot change what it
+measures). ``--from_result`` also reads a ``.partial`` file: the table then says the grid is unfinished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import bench_tiny_grpo as grid  # benchmarks/bench_tiny_grpo.py: the arms' recipes, run(), mean_se, t_stat
+from common import STARTED_AT, finish  # benchmarks/common.py
+
+CONTROL = grid.SHIPPED_ARM  # the shipped recipe (less its held-out evaluation and guard)
+ARMS = [
+    CONTROL,
+    f"{CONTROL.split('+')[0]}+anchor-PA-0.1",  # the anchor on P: and A: lines (in place of A: lines only)
+    "sft-only-PA",  # ... and its supervised-only control
+    "lr2e-6-cosine+anchor-0.1",
+    f"{CONTROL}+best-hit-1.0",
+    f"{CONTROL}+format-1.0",
+    f"{CONTROL}+entropy-0.01",
+    f"{CONTROL}+p-temp-1.0",
+]
+SUPERVISED = {"sft-only-PA": f"{CONTROL.split('+')[0]}+anchor-PA-0.1"}  # a control: never shipped
+STEPS, SEEDS, DEPTH = 200, [1, 2, 3, 4, 5], 8
+DATA = "rookgrpo/tiny-rookworld-eval"
+PRIMARY = [("best_move_accuracy", "best move"), ("format_rate", "greedy format")]
+SECONDARY = [("move_rank_reward", "move-rank reward"), ("top5_accuracy", "top-5"), ("legal_move_rate", "legal"),
+             ("env_exact_accuracy", "A: exact"), ("top_move_share", "top-move share"), ("nll_P", "NLL P:"),
+             ("nll_A", "NLL A:")]
+METRICS = PRIMARY + SECONDARY
+# Kept per row (reported panel, P: rows in order) so a change can be paired by position: the validation panel's size
+# is set from these (docs/experiments/2026-11-27-best-move-grid-plan.md, "The validation panel").
+PER_ROW = ("best_move_accuracy", "format_rate")
+
+
+def rule(base: dict, rs: list[dict]) -> dict:
+    """The pre-declared rule on one arm's runs: best move up with t ≥ 2 against the start, greedy format's change
+    above −1 standard error (t > −1), move-rank reward and A: exact not down (t > −1)."""
+    d = {}
+    for k, _ in METRICS:
+        mean, se = grid.mean_se([r["eval"][k] - base[k] for r in rs])
+        d[k] = {"mean": mean, "se": se, "t": grid.t_stat(mean, se)}
+    d["meets_rule"] = (d["best_move_accuracy"]["t"] >= 2 and
+                       all(d[k]["t"] > -1 for k in ("format_rate", "move_rank_reward", "env_exact_accuracy")))
+    return d
+
+
+def paired(runs: dict, arm: str, against: str, key: str) -> dict:
+    by_seed = {r["seed"]: r["eval"][key] for r in runs.get(against, [])}
+    mean, se = grid.mean_se([r["eval"][key] - by_seed[r["seed"]] for r in runs[arm] if r["seed"] in by_seed])
+    return {"mean": mean, "se": se, "t": grid.t_stat(mean, se)}
+
+
+def decide(base: dict, runs: dict) -> dict:
+    """The arm the rule ships: of the GRPO arms that meet it, the largest mean best-move gain; if none does, the
+    GRPO arm that best holds greedy format (largest mean format change; best-move gain breaks a tie)."""
+    rules = {a: rule(base, rs) for a, rs in runs.items() if len({r["seed"] for r in rs}) >= 2}
+    candidates = [a for a in rules if a not in SUPERVISED]
+    meeting = [a for a in candidates if rules[a]["meets_rule"]]
+    if meeting:
+        pick = max(meeting, key=lambda a: rules[a]["best_move_accuracy"]["mean"])
+        why = "meets the rule with the largest best-move gain"
+    elif candidates:
+        pick = max(candidates, key=lambda a: (rules[a]["format_rate"]["mean"], rules[a]["best_move_accuracy"]["mean"]))
+        why = "no arm meets the rule: the arm that best holds greedy format"
+    else:
+        pick, why = None, "no arm measured"
+    return {"rules": rules, "pick": pick, "why": why}
+
+
+def _cell(c: dict) -> str:
+    return f"{c['mean']:+.3f} ± {c['se']:.3f} (t {c['t']:.1f})" if c["se"] == c["se"] else f"{c['mean']:+.3f}"
+
+
+def report(base: dict, runs: dict, partial: str | None = None) -> dict:
+    decision = decide(base, runs)
+    rules = decision["rules"]
+    lines = []
+    if partial:
+        lines += [f"Unfinished grid ({partial}): " + ", ".join(f"{a} {len(rs)}" for a, rs in runs.items()) +
+                  " runs; a look, not a result.", ""]
+    lines += ["Change against the start (mean ± standard error over seeds, t = mean / se); start: " +
+              ", ".join(f"{label} {base[k]:.3f}" for k, label in METRICS) + ".", "",
+              "| arm | seeds | " + " | ".join(label for _, label in METRICS) + " | P: groups format-flat | meets the rule |",
+              "|" + " --- |" * (len(METRICS) + 4)]
+    for arm, rs in runs.items():
+        if arm not in rules:
+            continue
+        flat, _ = grid.mean_se([r.get("p_format_flat", float("nan")) for r in rs])
+        lines.append(f"| {arm} | {len(rs)} | " + " | ".join(_cell(rules[arm][k]) for k, _ in METRICS) +
+                     f" | {flat:.2f} | {'yes' if rules[arm]['meets_rule'] else 'no'} |")
+    lines += ["", f"Paired by seed against the control (`{CONTROL}`, the shipped recipe) and, for the anchor arm, "
+              "against its supervised-only control:", "",
+              "| arm − against | " + " | ".join(label for _, label in METRICS) + " |", "|" + " --- |" * (len(METRICS) + 1)]
+    pairs = {}
+    for arm in runs:
+        for against in ([CONTROL] if arm != CONTROL else []) + [a for a, g in SUPERVISED.items() if g == arm]:
+            if arm in rules and against in runs:
+                cells = {k: paired(runs, arm, against, k) for k, _ in METRICS}
+                pairs[f"{arm} − {against}"] = cells
+                lines.append(f"| {arm} − {against} | " + " | ".join(_cell(cells[k]) for k, _ in METRICS) + " |")
+    lines += ["", f"Decision: {decision['pick']} ({decision['why']})."]
+    return {"title": "Best-move grid: changes to the shipped recipe (tiny-rookworld, 200 steps, seeds 1-5)",
+            "description": f"Arms: " + "; ".join(f"`{a}`: {grid.arm_text(a)}" for a in runs) + ". Greedy evaluation on "
+                           f"the {base['n_policy']} P: and {base['n_env']} A: reported held-out positions ({DATA}), "
+                           f"Stockfish depth {DEPTH}. Plan and rule: docs/experiments/2026-11-27-best-move-grid-plan.md.",
+            "table": "\n".join(lines), "command": "python benchmarks/bench_best_move_grid.py --out "
+            "benchmarks/results/best_move_grid.json", "start": base, "runs": runs, "paired": pairs,
+            "decision": decision,
+            "run_commits": sorted({r["measured"]["commit"] for rs in runs.values() for r in rs if "measured" in r})}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--from_result", default=None, metavar="JSON", help="re-table a result or its .partial")
+    ap.add_argument("--arms", nargs="+", default=ARMS, choices=ARMS, metavar="ARM", help="a subset, in this order")
+    ap.add_argument("--seeds", nargs="+", type=int, default=SEEDS)
+    args = ap.parse_args(argv)
+    if args.from_result:
+        saved = json.loads(Path(args.from_result).read_text())
+        unfinished = args.from_result if "command" not in saved else None
+        result = report(saved["start"], {a: rs for a, rs in saved["runs"].items() if rs}, unfinished)
+        result["measured"] = saved.get("measured", STARTED_AT)
+        return finish(result, args.out)
+    from rookgrpo.chess.engine import EngineSettings
+    from rookgrpo.chess.evaluate import PER_ROW_KEYS, evaluate
+
+    settings = EngineSettings(depth=DEPTH)
+    partial = Path(f"{args.out}.partial") if args.out else None
+    runs: dict[str, list[dict]] = {a: [] for a in ARMS}
+    base = evaluate("rookgrpo/tiny-rookworld", DATA, settings=settings, progress=False)
+    base = {k: v for k, v in base.items() if k not in ("samples", "per_row_cluster")}
+    if partial is not None and partial.exists():
+        done = json.loads(partial.read_text())
+        if changed := grid.same_start(done["start"], base):
+            ap.error(f"--out {args.out}: the start evaluates differently from {partial}'s ({'; '.join(changed)}); "
+                     "move it away to start another grid")
+        runs.update(done["runs"])
+        print(f"resuming {partial}: {sum(map(len, runs.values()))} runs done", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in args.seeds:  # arms interleaved per seed, so machine load drifts alike
+            for arm in args.arms:
+                if any(r["seed"] == seed for r in runs[arm]):
+                    continue
+                r = grid.run(arm, seed, STEPS, tmp)
+                m = evaluate(r["model"], DATA, settings=settings, progress=False)
+                r.update(seed=seed, measured=STARTED_AT,
+                         eval={k: v for k, v in m.items() if k not in ("samples", "model", *PER_ROW_KEYS)},
+                         per_row={k: m["per_row"][k] for k in PER_ROW})
+                runs[arm].append(r)
+                print(f"seed {seed} {arm}: " + ", ".join(f"{label} {m[k]:.3f}" for k, label in METRICS), flush=True)
+                if partial is not None:
+                    partial.write_text(json.dumps({"start": base, "runs": runs}, indent=1))
+    return finish(report(base, runs), args.out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+    sys.exit(0)
