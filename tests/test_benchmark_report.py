@@ -202,10 +202,57 @@ def test_every_grid_arm_is_a_valid_recipe_that_differs_from_the_shipped_one_as_n
         for key, value in spec.get("set", {}).items():
             assert getattr(config, key) in (value, type(getattr(config, key))(value)), (arm, key)
         assert all(name in names for name in (c["name"] for c in spec.get("callbacks", ())))
+        added = list(spec.get("rewards", {}))
+        assert recipe["reward_funcs"] == shipped["reward_funcs"] + added, arm
         if "weights" in spec:
             assert set(recipe["reward_weights"]) == {spec["weights"]}
         else:
-            assert recipe["reward_weights"] == shipped["reward_weights"]
+            weights = dict(zip(shipped["reward_funcs"], shipped["reward_weights"]))
+            weights.update({**spec.get("reward_weights", {}), **spec.get("rewards", {})})
+            assert recipe["reward_weights"] == [weights[n] for n in recipe["reward_funcs"]], arm
+        for task, kwargs in spec.get("task_kwargs", {}).items():  # one task's sampling changed, the other's kept
+            assert config.task_generation_kwargs[task] == {**shipped["task_generation_kwargs"][task], **kwargs}
+            assert all(config.task_generation_kwargs[t] == v
+                       for t, v in shipped["task_generation_kwargs"].items() if t != task)
+        if added:  # a candidate reward named by file path resolves to an instance TRL can call
+            from rookgrpo.rewards import resolve_reward_func
+
+            assert all(not isinstance(resolve_reward_func(name), type) for name in added)
+
+
+def test_best_move_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
+    """docs/experiments/2026-11-27-best-move-grid-plan.md: an arm meets the rule with best move up at t >= 2 and
+    format, move-rank reward and A: exact each above t -1; the supervised control never ships; with no arm meeting
+    it, the arm that best holds format is kept. A ``.partial`` tables as unfinished."""
+    import json
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script(REPO / "benchmarks" / "bench_best_move_grid.py")
+    keys = [k for k, _ in bench.METRICS]
+    base = {**dict.fromkeys(keys, 0.5), "n_policy": 192, "n_env": 64}
+
+    def runs(best, fmt, rank=0.5):  # per seed; other metrics at the start's value
+        return [{"seed": s, "eval": {**dict.fromkeys(keys, 0.5), "best_move_accuracy": b, "format_rate": f,
+                                     "move_rank_reward": rank}, "p_format_flat": 0.9, "measured": {"commit": "c"}}
+                for s, (b, f) in enumerate(zip(best, fmt), 1)]
+
+    control, anchor = bench.CONTROL, bench.ARMS[1]
+    up, flat = [0.52, 0.53, 0.52, 0.53, 0.52], [0.5, 0.5, 0.5, 0.5, 0.5]
+    arms = {control: runs(flat, [0.49, 0.48, 0.49, 0.48, 0.49]),  # format down: kept only if nothing meets the rule
+            anchor: runs([0.51, 0.52, 0.51, 0.52, 0.51], flat),
+            "sft-only-PA": runs([0.6] * 5, flat),  # the largest gain, but a control
+            bench.ARMS[4]: runs(up, [0.5, 0.49, 0.5, 0.5, 0.5])}  # format t -1.0: not above -1
+    decision = bench.decide(base, arms)
+    assert decision["rules"][anchor]["meets_rule"] and decision["rules"]["sft-only-PA"]["meets_rule"]
+    assert not decision["rules"][bench.ARMS[4]]["meets_rule"] and not decision["rules"][control]["meets_rule"]
+    assert decision["pick"] == anchor
+    del arms[anchor]
+    assert bench.decide(base, arms)["pick"] == bench.ARMS[4]  # no arm meets it: the one that best holds format
+    partial = tmp_path / "grid.json.partial"
+    partial.write_text(json.dumps({"start": base, "runs": arms}))
+    result = bench.main(["--from_result", str(partial)])
+    assert result["table"].startswith("Unfinished grid") and "no arm meets the rule" in result["table"]
+    assert f"| {bench.ARMS[4]} − {control} |" in result["table"]
 
 
 def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid(tmp_path, monkeypatch):

@@ -1,11 +1,12 @@
-"""Diagnostics: phase timings, identical-group share, KL share, and rate-limited warnings with cause and fix."""
+"""Diagnostics measures (phase timings, identical groups, tokens in the loss, KL share); the doctor judges what it
+measures, live, with cause and fix."""
 
 import logging
 import sys
 
 from conftest import REPO, tiny_grpo_args
 from rookgrpo import RookGRPOTrainer
-from rookgrpo.callbacks import Diagnostics
+from rookgrpo.callbacks import Diagnostics, Doctor
 from rookgrpo.callbacks.diagnostics import _eos_token_ids
 
 sys.path.insert(0, str(REPO / "tests" / "assets"))
@@ -16,23 +17,41 @@ def _history(trainer, key):
     return [h[key] for h in trainer.state.log_history if key in h]
 
 
-def test_zero_advantage_batch_warns_once_with_cause_and_fix(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+def _doctor_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "rookgrpo.doctor"]
+
+
+def test_flat_batches_are_judged_by_the_doctor_once_with_cause_and_fix(tiny_model_dir, smoke_dataset, tmp_path,
+                                                                        caplog):
+    """diagnostics measures, the doctor judges: every batch flat is said once, live, with cause and fix; the reward
+    is a function, so the doctor names a rule's causes, not a judge's (tests/test_judge.py checks a judge's)."""
     flat = smoke_dataset.map(lambda row: {"signal": False})
     args = tiny_grpo_args(tmp_path, max_steps=4)
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=mostly_flat, args=args, train_dataset=flat,
-                              callbacks=[Diagnostics(warn_every=3)])
-    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+                              callbacks=[Diagnostics(), Doctor()])
+    with caplog.at_level(logging.INFO):
         trainer.train()
-    warnings = [r.getMessage() for r in caplog.records if "every advantage" in r.getMessage()]
-    # Steps 0 and 3 warn (every 3 steps); the one at step 3 says how many were held back.
-    assert len(warnings) == 2, warnings
-    assert "zero-std groups" in warnings[0] and "Fix: add the zero_std_resampling callback" in warnings[0]
-    assert "2 more like this" in warnings[1]
-    # The same batches collapse the reward itself; it is a function, so the warning names a rule's causes, not a
-    # judge's (tests/test_judge.py checks the judge's wording).
-    collapsed = [r.getMessage() for r in caplog.records if "same score" in r.getMessage()]
-    assert collapsed and "reward 'mostly_flat' gave all" in collapsed[0]
-    assert "It is a rule" in collapsed[0] and "judge" not in collapsed[0]
+    lines = _doctor_lines(caplog)
+    zero = [line for line in lines if "no group ever had a reward spread" in line]
+    assert len(zero) == 1 and zero[0].startswith("doctor: [critical]") and "zero_std_resampling" in zero[0], lines
+    collapsed = [line for line in lines if "gives every completion the same score" in line]
+    assert len(collapsed) == 1 and "reward 'mostly_flat'" in collapsed[0], lines
+    assert "It is a rule" in collapsed[0] and "judge (reward model)" not in collapsed[0]
+    # diagnostics itself judges nothing: no warning of its own
+    assert not [r for r in caplog.records if r.name == "rookgrpo.diagnostics" and r.levelno >= logging.WARNING]
+
+
+def test_diagnostics_without_the_doctor_says_where_the_judging_went(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    import pytest
+
+    with pytest.warns(FutureWarning, match="identical_warn_frac is ignored.*identical_share"):
+        Diagnostics(identical_warn_frac=0.3)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset",
+                              args=tiny_grpo_args(tmp_path, max_steps=1), train_dataset=smoke_dataset,
+                              callbacks=[Diagnostics()])
+    with caplog.at_level(logging.INFO, logger="rookgrpo.diagnostics"):
+        trainer.train()
+    assert any("add the doctor callback" in r.getMessage() for r in caplog.records)
 
 
 def test_metrics_are_logged_and_sane(tiny_model_dir, smoke_dataset, tmp_path, caplog):
@@ -41,9 +60,9 @@ def test_metrics_are_logged_and_sane(tiny_model_dir, smoke_dataset, tmp_path, ca
     # Greedy decoding without dropout (TRL generates in train mode): every group's completions are identical.
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     args = tiny_grpo_args(tmp_path, max_steps=3, beta=0.1, generation_kwargs={"do_sample": False})
-    trainer = RookGRPOTrainer(model=model, reward_funcs="uci_charset", args=args,
-                              train_dataset=smoke_dataset, callbacks=["diagnostics"])
-    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+    trainer = RookGRPOTrainer(model=model, reward_funcs="uci_charset", args=args, train_dataset=smoke_dataset,
+                              callbacks=["diagnostics", {"doctor": {"thresholds": {"min_share_points": 3}}}])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.doctor"):
         trainer.train()
     phases = ("generation", "rewards", "reference", "loss", "optimizer")
     for key in [f"timing/{p}" for p in phases] + [f"memory/{p}" for p in phases] + ["timing/step"]:
@@ -53,9 +72,11 @@ def test_metrics_are_logged_and_sane(tiny_model_dir, smoke_dataset, tmp_path, ca
     assert all(s >= part for s, part in zip(steps, parts))  # the phases are parts of the step, measured apart
     assert _history(trainer, "timing/first_step") == steps[:1]  # once, in the first log
     assert not _history(trainer, "compile/graphs")  # nothing was compiled
-    # The identical groups are measured and the warning says so.
+    # The identical groups are measured, and the doctor judges them (every group, every step: critical).
     assert _history(trainer, "groups/identical_frac") == [1.0, 1.0, 1.0], _history(trainer, "groups/identical_frac")
-    assert any("100% of groups had 4 identical completions" in r.getMessage() for r in caplog.records)
+    assert any(line.startswith("doctor: [critical] every group's completions are identical")
+               and "a median 100% of groups" in line for line in _doctor_lines(caplog)), _doctor_lines(caplog)
+    assert all(v > 0 for v in _history(trainer, "completions/loss_tokens"))
     shares = _history(trainer, "loss/kl_share")
     assert len(shares) == 3 and all(0.0 <= s <= 1.0 for s in shares)
 
@@ -75,37 +96,37 @@ def test_kl_share_is_logged_only_where_beta_kl_is_the_loss_term(tiny_model_dir, 
 
 
 def test_a_batch_with_no_token_to_learn_from_is_named(tiny_model_dir, smoke_dataset, tmp_path, caplog):
-    """Every completion cut off at max_completion_length with mask_truncated_completions: nothing to learn from."""
+    """Every completion cut off at max_completion_length with mask_truncated_completions: nothing to learn from.
+    diagnostics counts the loss's tokens; the doctor names the batches that had none."""
     args = tiny_grpo_args(tmp_path, max_steps=2, max_completion_length=2, mask_truncated_completions=True)
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
-                              train_dataset=smoke_dataset, callbacks=[Diagnostics(warn_every=1)])
-    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+                              train_dataset=smoke_dataset, callbacks=[Diagnostics(), Doctor()])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.doctor"):
         trainer.train()
     masked = [h for h in trainer.state.log_history if h.get("completions/clipped_ratio") == 1.0]
-    warnings = [r.getMessage() for r in caplog.records if "no token to learn from" in r.getMessage()]
     assert masked  # the setting did mask every completion of at least one batch (seeded, so always the same)
-    assert len(warnings) == len(masked) and "mask_truncated_completions" in warnings[0]
+    assert [h["completions/loss_tokens"] for h in masked] == [0.0] * len(masked)
+    lines = [line for line in _doctor_lines(caplog) if "no token to learn from" in line]
+    assert lines and "mask_truncated_completions" in lines[0], _doctor_lines(caplog)
 
 
 def test_completions_cut_off_from_the_start_name_the_limit(tiny_model_dir, smoke_dataset, tmp_path, caplog):
     """A random tiny model never emits eos within 8 tokens: every batch is cut off, and was from the first one."""
-    args = tiny_grpo_args(tmp_path, max_steps=2)
+    args = tiny_grpo_args(tmp_path, max_steps=4)
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
-                              train_dataset=smoke_dataset, callbacks=[Diagnostics(warn_every=1)])
-    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+                              train_dataset=smoke_dataset, callbacks=[Diagnostics(), Doctor()])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.doctor"):
         trainer.train()
-    # TRL sees it too (its count differs by a row where the model happened to sample the pad token last).
     assert all(r >= 0.5 for r in _history(trainer, "completions/clipped_ratio"))
-    warnings = [r.getMessage() for r in caplog.records if "without an end token" in r.getMessage()]
-    assert len(warnings) == 2, warnings
-    assert "100% already in the first training batch (step 0)" in warnings[0]
-    assert "raise max_completion_length" in warnings[0] and "mask_truncated_completions" in warnings[0]
-    assert not any("collapsing into run-on text" in w for w in warnings)
+    lines = [line for line in _doctor_lines(caplog) if "cut off at max_completion_length" in line]
+    assert len(lines) == 1, _doctor_lines(caplog)
+    assert "from the start" in lines[0] and "raise max_completion_length" in lines[0]
+    assert "mask_truncated_completions" in lines[0] and "never ends" not in lines[0]
 
 
 def _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, let_go_at: int, **layout):
     """The random tiny model made to end every completion (eos forced at the last position) until optimizer step
-    ``let_go_at``, then let go, so it runs on to max_completion_length: (trainer, diagnostics, warnings)."""
+    ``let_go_at``, then let go, so it runs on to max_completion_length: (trainer, doctor, its truncation lines)."""
     from transformers import TrainerCallback
 
     class LetGo(TrainerCallback):
@@ -113,47 +134,42 @@ def _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, let_go_at: int,
             if state.global_step == let_go_at:
                 trainer.generation_config.forced_eos_token_id = None
 
-    diagnostics = Diagnostics(warn_every=1)
+    doctor = Doctor(halt_on=["truncation"])
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset",
                               args=tiny_grpo_args(tmp_path, **layout), train_dataset=smoke_dataset,
                               eval_dataset=smoke_dataset.select(range(8)) if "eval_strategy" in layout else None,
-                              callbacks=[diagnostics, LetGo()])
+                              callbacks=[Diagnostics(), doctor, LetGo()])
     trainer.generation_config.forced_eos_token_id = _eos_token_ids(trainer)[0]  # TRL 1.10 has no eos_token_ids
-    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.doctor"):
         trainer.train()
-    return trainer, diagnostics, [r.getMessage() for r in caplog.records if "without an end token" in r.getMessage()]
+    return trainer, doctor, [line for line in _doctor_lines(caplog) if "cut off at max_completion_length" in line]
 
 
-def test_completions_that_start_running_on_are_named_as_collapse(tiny_model_dir, smoke_dataset, tmp_path, caplog):
-    """Forced to end for two steps, then let go: the cut-off share jumps from 0 to 1 and the warning calls it a
-    collapse, not a short limit."""
-    trainer, diagnostics, warnings = _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, 2, max_steps=4)
+def test_completions_that_start_running_on_are_named_as_collapse_and_halt(tiny_model_dir, smoke_dataset, tmp_path,
+                                                                          caplog):
+    """Forced to end for three steps, then let go: the cut-off share jumps from 0 to 1; the doctor calls it a
+    collapse, not a short limit, and ``halt_on: [truncation]`` stops the run there (a judgement diagnostics could
+    only warn about before)."""
+    trainer, doctor, lines = _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, 3, max_steps=12)
     ratios = _history(trainer, "completions/clipped_ratio")
-    assert ratios[:2] == [0.0, 0.0] and all(r >= 0.5 for r in ratios[2:]), ratios
-    assert len(warnings) == 2, warnings
-    assert "100% of this batch's completions ran to max_completion_length (8 tokens)" in warnings[0]
-    assert "against 0% in the first training batch (step 0)" in warnings[0]
-    assert "collapsing into run-on text" in warnings[0] and "lower learning_rate" in warnings[0]
-    # The first batch's share is kept with the callback's state, so a resumed run still knows where it started.
-    restored = Diagnostics()
-    restored.load_state_dict(diagnostics.state_dict())
-    assert restored._first_truncated == (0, 0.0)
+    assert ratios[:3] == [0.0, 0.0, 0.0] and all(r >= 0.5 for r in ratios[3:]), ratios
+    assert len(lines) == 1, lines
+    assert "against 0% at the start" in lines[0] and "never ends" in lines[0] and "lower learning_rate" in lines[0]
+    assert lines[0].startswith("doctor: [critical]")
+    assert doctor.halted == "truncation:completions/clipped_ratio" and trainer.state.global_step < 12
 
 
-def test_run_on_warning_counts_training_generation_batches_only(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+def test_run_on_is_judged_on_training_batches_only(tiny_model_dir, smoke_dataset, tmp_path, caplog):
     """Gradient accumulation, a generation batch reused over steps (steps_per_generation 2, num_iterations 2) and an
-    evaluation after every step: one warning per training generation batch after the let-go, each against the first
-    training batch; the evaluations' cut-off completions neither warn nor become the reference."""
-    layout = dict(max_steps=6, per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2,
+    evaluation after every step: the doctor reads the training batches' cut-off share (the evaluations' is logged
+    apart, as eval_*), so the first training batch stays the reference and the collapse is named."""
+    layout = dict(max_steps=12, per_device_train_batch_size=4, gradient_accumulation_steps=2, steps_per_generation=2,
                   num_iterations=2, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=8)
-    trainer, diagnostics, warnings = _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, 2, **layout)
-    # A generation batch of 8 rows serves 2 micro-batches x 2 iterations = 2 optimizer steps: batches at steps 0, 2
-    # and 4, the last two after the let-go.
-    assert len(warnings) == 2, warnings
-    assert all("against 0% in the first training batch (step 0)" in w for w in warnings), warnings
-    assert [w.split(":")[0] for w in warnings] == ["step 2", "step 4"], warnings
-    assert diagnostics._first_truncated == (0, 0.0)
+    trainer, doctor, lines = _let_go_run(tiny_model_dir, smoke_dataset, tmp_path, caplog, 4, **layout)
     assert [h for h in trainer.state.log_history if "eval_loss" in h]  # the evaluations did run
+    assert any("eval_completions/clipped_ratio" in h for h in trainer.state.log_history)
+    assert len(lines) == 1 and "against 0% at the start" in lines[0] and "never ends" in lines[0], lines
+    assert doctor.halted == "truncation:completions/clipped_ratio"
 
 
 def test_peak_memory_is_booked_to_the_phase_that_used_it(tiny_model_dir, smoke_dataset, tmp_path):
@@ -193,13 +209,13 @@ def test_a_step_that_compiles_again_is_named_with_cause_and_fix(tiny_model_dir, 
 
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=shape_changing_reward,
                               args=tiny_grpo_args(tmp_path, max_steps=4), train_dataset=smoke_dataset,
-                              callbacks=[Diagnostics()])
-    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+                              callbacks=[Diagnostics(), Doctor()])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.doctor"):
         trainer.train()
     graphs = _history(trainer, "compile/graphs")
     assert len(graphs) == 4 and graphs[0] >= 1 and graphs[1] == 0 and graphs[2] >= 1 and graphs[3] == 0, graphs
-    warnings = [r.getMessage() for r in caplog.records if "torch.compile compiled" in r.getMessage()]
-    assert len(warnings) == 1 and "during step 3" in warnings[0] and "TORCH_LOGS=recompiles" in warnings[0]
+    lines = [line for line in _doctor_lines(caplog) if "torch.compile compiling again" in line]
+    assert len(lines) == 1 and "first at step 3" in lines[0] and "TORCH_LOGS=recompiles" in lines[0], lines
 
 
 def test_phases_with_gradient_accumulation_and_evaluation_between_steps(tiny_model_dir, smoke_dataset, tmp_path):

@@ -481,3 +481,73 @@ def test_one_high_evaluation_is_not_a_best_to_fall_from():
     it started. The maximum of noisy values is optimistic; the mean around it is what the run fell from: nothing."""
     top5 = [0.3333, 0.3333, 0.3646, 0.3333, 0.3229, 0.3333, 0.3229, 0.3333, 0.3333, 0.3333, 0.3333]
     assert _finding([{"step": 20 * i, "heldout/top5_accuracy": v} for i, v in enumerate(top5)], "heldout_drop") is None
+
+
+def test_what_diagnostics_measures_is_judged_here_one_finding_each():
+    """One layer judges: the numbers diagnostics logs (identical groups, tokens in the loss, recompiles) and TRL's
+    per-reward spread are findings of the doctor, with the severity the run's state calls for."""
+    assert _severities(_curve("groups/identical_frac", [1.0] * 6)) == {"identical_groups": "critical"}
+    assert _severities(_curve("groups/identical_frac", [0.75, 0.5] * 3)) == {"identical_groups": "warning"}
+    assert _severities(_curve("groups/identical_frac", [0.25] * 6)) == {}
+    assert _severities(_curve("completions/loss_tokens", [40.0, 0.0, 40.0])) == {"no_loss_tokens": "warning"}
+    assert _severities(_curve("completions/loss_tokens", [0.0] * 4)) == {"no_loss_tokens": "critical"}
+    assert _severities(_curve("compile/graphs", [3.0, 0.0, 0.0, 2.0])) == {"recompile": "warning"}
+    assert _severities(_curve("compile/graphs", [3.0, 0.0, 0.0, 0.0])) == {}  # the first step's compile is warm-up
+
+
+def test_a_reward_that_scores_every_completion_alike_is_named_as_a_judge_or_a_rule():
+    """rewards/<name>/std exactly 0 at half the logged points or more: a rule's causes, a judge's, or both where the
+    log does not say which rewards are judges; the only reward flat everywhere is critical. The collapsed component
+    is not named a second time as dead."""
+    flat = [{"step": s, "rewards/judge/mean": 0.5, "rewards/judge/std": 0.0} for s in range(1, 7)]
+    as_judge, _ = diagnose(History(flat), Thresholds(judges=("judge",)))
+    as_rule, _ = diagnose(History(flat), Thresholds(judges=()))
+    unknown, _ = diagnose(History(flat))
+    assert [(f.kind, f.severity) for f in as_judge] == [("reward_collapsed", "critical")]
+    assert "a judge (reward model)" in as_judge[0].message and "It is a rule" not in as_judge[0].message
+    assert "It is a rule" in as_rule[0].message and "reward model" not in as_rule[0].message
+    assert "for a rule" in unknown[0].message and "for a judge" in unknown[0].message
+    two = [{**e, "rewards/acc/mean": 0.1 * (s % 3), "rewards/acc/std": 0.3 + 0.01 * s} for s, e in enumerate(flat * 2, 1)]
+    two = [{**e, "step": s} for s, e in enumerate(two, 1)]
+    found = {f.kind: f for f in diagnose(History(two), Thresholds(judges=()))[0]}
+    assert found["reward_collapsed"].severity == "warning" and found["reward_collapsed"].subject == "judge"
+    assert "reward_dead" not in found
+    sometimes = [{**e, "rewards/judge/std": 0.0 if e["step"] % 3 == 0 else 0.2} for e in flat]  # 2 of 6: a rule's verdict now and then
+    assert not diagnose(History(sometimes))[0]
+
+
+def test_a_saturated_reward_is_named_where_it_is_the_whole_reward():
+    """Scores spread by under 1/1000 of their magnitude: the only reward, or the combined reward; a saturated
+    component beside others that vary is not (it carries no variance: reward_dead's)."""
+    plateau = [{"step": s, "rewards/judge/mean": 50.0, "rewards/judge/std": 0.001, "reward": 50.0, "reward_std": 0.001}
+               for s in range(1, 7)]
+    found = diagnose(History(plateau))[0]
+    assert [(f.kind, f.subject) for f in found] == [("reward_saturated", "judge")]
+    assert "scale_rewards: none" in found[0].message
+    beside = [{**e, "rewards/acc/mean": 0.1 * (e["step"] % 3), "rewards/acc/std": 0.3, "reward_std": 0.3,
+               "reward": 50.0 + 0.1 * (e["step"] % 3)} for e in plateau]
+    assert "reward_saturated" not in {f.kind for f in diagnose(History(beside))[0]}
+
+
+def test_run_on_collapse_is_named_as_it_happens():
+    """The selection benchmark's collapsed run (docs/dynamics.md): 0% cut off over 20 steps, 26% over 5, 73% over the
+    last 2. The median of the last quarter is still under 50%, but the last two points are over it after a start of
+    0: critical, named at the 27th step; a limit too short from the start is a warning."""
+    cut = [0.0] * 20 + [0.26] * 5 + [0.73] * 2
+    found = _finding(_curve("completions/clipped_ratio", cut), "truncation")
+    assert found is not None and found.severity == "critical" and found.last_step == 27
+    assert "never ends" in found.message and "step 26 is the first over 50%" in found.message
+    assert _finding(_curve("completions/clipped_ratio", cut[:-1]), "truncation") is None  # one point over: not yet
+    short = _finding(_curve("completions/clipped_ratio", [0.9] * 8), "truncation")
+    assert short.severity == "warning" and "raise max_completion_length" in short.message
+
+
+def test_the_cli_takes_which_rewards_are_judges_and_run_info_records_them(tmp_path):
+    state = tmp_path / "trainer_state.json"
+    state.write_text(json.dumps({"log_history": [{"step": s, "rewards/j/mean": 1.0, "rewards/j/std": 0.0}
+                                                 for s in range(1, 7)]}))
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(state), "--json", "--judges", "j"])
+    assert "a judge (reward model)" in json.loads(proc.stdout)["findings"][0]["message"]
+    (tmp_path / "run_info.json").write_text(json.dumps({"reward_funcs": ["j"], "reward_weights": [1.0], "judges": []}))
+    assert load_history(tmp_path).judges == ()
+    assert "It is a rule" in diagnose(load_history(tmp_path), Thresholds(judges=load_history(tmp_path).judges))[0][0].message

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import tiny_grpo_args
-from rookgrpo import Diagnostics, RookGRPOTrainer, ZeroStdResampling
+from rookgrpo import Diagnostics, Doctor, RookGRPOTrainer, ZeroStdResampling
 
 
 def build_judge(base_dir, out_dir, constant: bool = False):
@@ -51,12 +51,13 @@ def test_collapsed_judge_is_named_with_cause_and_fix(tiny_model_dir, smoke_datas
     judge = build_judge(tiny_model_dir, tmp_path / "flat-judge", constant=True)
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=str(judge),
                               args=tiny_grpo_args(tmp_path / "out", max_steps=2), train_dataset=smoke_dataset,
-                              callbacks=[Diagnostics()])
-    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+                              callbacks=[Diagnostics(), Doctor(thresholds={"min_share_points": 2})])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.doctor"):
         trainer.train()
     warnings = [r.getMessage() for r in caplog.records if "same score" in r.getMessage()]
-    assert warnings and "reward 'flat-judge' gave all 8 scored completions" in warnings[0]
-    assert "judge" in warnings[0] and "Fix:" in warnings[0] and "It is a rule" not in warnings[0]
+    assert len(warnings) == 1 and "reward 'flat-judge' gave every completion of the batch the same score" in warnings[0]
+    assert "a judge (reward model)" in warnings[0] and "Fix:" in warnings[0] and "It is a rule" not in warnings[0]
+    assert warnings[0].startswith("doctor: [critical]")  # the only reward, flat at every step: nothing to learn
     assert all(h["loss"] == pytest.approx(0.0, abs=1e-6) for h in trainer.state.log_history if "loss" in h)
 
 
@@ -152,12 +153,12 @@ def test_saturated_judge_is_named_with_cause_and_fix(tiny_model_dir, smoke_datas
     judge.save_pretrained(path)
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=str(path),
                               args=tiny_grpo_args(tmp_path / "out", max_steps=1), train_dataset=smoke_dataset,
-                              callbacks=[Diagnostics()])
-    with caplog.at_level(logging.WARNING, logger="rookgrpo.diagnostics"):
+                              callbacks=[Diagnostics(), Doctor(thresholds={"min_share_points": 1})])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.doctor"):
         trainer.train()
     log = [h for h in trainer.state.log_history if "loss" in h][0]
     assert 0 < log["rewards/plateau-judge/std"] < 1e-3 * abs(log["rewards/plateau-judge/mean"])
-    warnings = [r.getMessage() for r in caplog.records if "saturated" in r.getMessage()]
-    assert warnings and "reward 'plateau-judge' scored all 8 completions" in warnings[0], warnings
+    warnings = [r.getMessage() for r in caplog.records if "reward 'plateau-judge' saturated" in r.getMessage()]
+    assert len(warnings) == 1 and "reward 'plateau-judge' scored the batch within" in warnings[0], warnings
     assert "scale_rewards: none" in warnings[0]
     assert not [r for r in caplog.records if "same score" in r.getMessage()]

@@ -282,7 +282,8 @@ def _cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
 
     history = load_history(args.run)
     weights = _parse_pairs(args.reward_weights, "--reward-weights", "NAME=W (e.g. accuracy=1 format=0.2)")
-    findings, skipped = diagnose(history, Thresholds(reward_weights=weights or history.reward_weights))
+    judges = tuple(args.judges) if args.judges is not None else history.judges
+    findings, skipped = diagnose(history, Thresholds(reward_weights=weights or history.reward_weights, judges=judges))
     if args.json:
         print(json.dumps({"source": history.source, "findings": [f.to_dict() for f in findings], "skipped": skipped},
                          indent=1))
@@ -383,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reward-weights", nargs="*", default=None, metavar="NAME=W",
                    help="the run's reward weights by reward name (default: its run_info.json, else read off the log "
                         "where the logged reward determines them)")
+    p.add_argument("--judges", nargs="*", default=None, metavar="NAME",
+                   help="the rewards that are reward models (judges), for the causes a collapsed reward is given "
+                        "(default: its run_info.json, else both a rule's and a judge's)")
     p.set_defaults(func=_cmd_doctor, allow_extra=False)
     return parser
 

@@ -29,13 +29,13 @@ Logged (averaged over the logging window like TRL's own metrics):
   sequence means), dr_grpo (fixed length) and luspo (per-sequence sums) weight tokens differently, so it is not
   logged for them rather than logged wrong.
 
-Warnings (through ``logging``, at most once per ``warn_every`` steps per kind, with a count of the ones held back):
-every advantage of a batch zero, most groups identical, every completion masked out of the loss (no token to learn
-from), most completions cut off at ``max_completion_length`` (so since the first batch: a limit too short for the
-task; risen since: a policy collapsing into text that never ends), a reward that gave every completion of the
-batch the same score (a judge's causes and fixes differ from a rule's, and the warning names the kind) or scores
-within a thousandth of their magnitude of each other (saturated), and a step after the first in which
-``torch.compile`` compiled again (the "second iteration 5x slower" failure).
+- ``completions/loss_tokens``: completion tokens of the generation batch the loss sees (all processes), 0 when every
+  completion is masked out (cut off with ``mask_truncated_completions``, say).
+
+It measures; the doctor judges (``callbacks: [diagnostics, doctor]``): identical groups, batches with no token to
+learn from, rewards that collapse or saturate, completions cut off, recompilation and the rest are findings of
+:mod:`rookgrpo.doctor.detectors` on these metrics and TRL's, with one set of thresholds, said live once (again when
+they grow) and stopping the run through the doctor's ``halt_on``. Without the doctor, this callback says so once.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
+import warnings
 
 import torch
 
@@ -53,74 +54,6 @@ from .base import RookCallback
 from .registry import register_callback
 
 logger = logging.getLogger("rookgrpo.diagnostics")
-
-ZERO_ADVANTAGE_HELP = (
-    "every advantage in this generation batch is 0, so the policy-gradient term is exactly 0 and this step only "
-    "moves the policy through the KL term. Likely cause: every completion of each prompt earned the same reward "
-    "(zero-std groups: the task is too easy or too hard for the model, or the reward gives the same value to all "
-    "failures). Fix: add the zero_std_resampling callback, raise temperature (task_generation_kwargs per task), "
-    "use a reward with partial credit, or train on prompts the model sometimes solves."
-)
-NO_TOKENS_HELP = (
-    "every completion of this batch is masked out of the loss, so there is no token to learn from and the step's "
-    "per-token log-probs are all 0. Likely cause: every completion was cut off at max_completion_length with "
-    "mask_truncated_completions on, or a tool/completion mask that covers everything. Fix: raise "
-    "max_completion_length, turn mask_truncated_completions off, or check the masks."
-)
-COLLAPSED_HELP = (
-    "reward {name!r} gave all {n} scored completions of this batch the same score ({value:.4g}), so it adds nothing "
-    "to the advantages. Likely cause: a judge (reward model) that scores every completion alike: saturated (its "
-    "output far from 0 whatever the text) or blind to the completion (the text it sees is cut off, or the completion "
-    "part is lost in formatting). Fix: check what the judge is given (reward_processing_classes, truncation) and its "
-    "raw scores on good and bad answers."
-)
-# The same event for a reward function (a rule): every completion failed it or passed it, which is the rule's verdict
-# on this batch, not a fault; it only matters when it keeps happening.
-COLLAPSED_RULE_HELP = (
-    "reward {name!r} gave all {n} scored completions of this batch the same score ({value:.4g}), so it adds nothing "
-    "to the advantages. It is a rule, so every completion failed it (or passed it) in this batch. If this warning "
-    "keeps coming, the rule is too hard (or too easy) for the model at this temperature. Fix: raise the temperature "
-    "for that task (task_generation_kwargs), give the reward partial credit, or train on prompts the model sometimes "
-    "solves."
-)
-SATURATED_HELP = (
-    "reward {name!r} scored all {n} completions of this batch within {spread:.3g} of each other around {center:.4g} "
-    "({ratio:.1e} of its magnitude): saturated. Scaled advantages divide by the group's spread, so differences this "
-    "small become full-size advantages and the policy learns from the reward's noise. Likely cause: a judge whose "
-    "output sits far from 0 whatever the text (a logit on a sigmoid's plateau), or a task the policy has saturated. "
-    "Fix: check the judge's raw scores on good and bad answers (center or rescale them), use scale_rewards: none, or "
-    "train on harder prompts."
-)
-RECOMPILE_HELP = (
-    "torch.compile compiled {graphs} new graph(s) during step {step}, after the first step; the step took {seconds:.2f} "
-    "s{ratio}. Likely cause: recompilation on a new input shape (prompts and completions of varying length) or a "
-    "failed guard, each paid again whenever it recurs. Fix: pad to fixed lengths (pad_to_multiple_of, a fixed "
-    "max_completion_length), compile with dynamic=True, or raise torch._dynamo.config.cache_size_limit; run with "
-    "TORCH_LOGS=recompiles to see which guard failed."
-)
-IDENTICAL_HELP = (
-    "{share:.0%} of groups had {G} identical completions. Likely cause: sampling too cold for this task or a "
-    "collapsed policy. Fix: raise temperature/top_p for that task (task_generation_kwargs), lower the learning rate, "
-    "or raise beta / use adaptive_beta to hold the policy near the reference."
-)
-RUNAWAY_HELP = (
-    "{share:.0%} of this batch's completions ran to max_completion_length ({limit} tokens) without an end token, "
-    "against {first:.0%} in the first training batch (step {first_step}). Likely cause: the policy is collapsing into "
-    "run-on text that never ends; the rewards score cut-off, malformed answers and the run degrades from here. (In "
-    "rookgrpo's prompt-selection benchmark a run at learning_rate 5e-5 and beta 0 had 0% cut off over its first 20 "
-    "steps, 26% over the next 5 and 100% in its last batch, and its held-out legal-move rate fell to 0.) Fix: lower "
-    "learning_rate, set beta > 0 or add adaptive_beta, and restart from a checkpoint saved before the rise "
-    "(completions/clipped_ratio in the logs shows when it began)."
-)
-TOO_SHORT_HELP = (
-    "{share:.0%} of this batch's completions ran to max_completion_length ({limit} tokens) without an end token, "
-    "{first:.0%} already in the first training batch (step {first_step}). Likely cause: max_completion_length is too "
-    "short for the task, or the model never learned to stop (its fine-tuning completions did not end with the "
-    "tokenizer's eos token); the rewards score cut-off answers. Fix: raise max_completion_length, check that the "
-    "model ends its answers with eos{mask}."
-)
-MASK_HINT = ", or set mask_truncated_completions to keep cut-off completions out of the loss"
-
 
 # Loss types whose KL term is beta times TRL's logged ``kl`` (a token mean over the batch): they normalise the
 # per-token loss by a token count. grpo/sapo average per sequence first, dr_grpo divides by batch x
@@ -209,36 +142,37 @@ def kl_share(loss: float, kl_term: float) -> float:
 
 @register_callback("diagnostics")
 class Diagnostics(RookCallback):
-    """Per-phase timing, identical-group share, KL share of the loss, and rate-limited warnings (module docstring).
+    """Per-phase timing and memory, identical-group share, tokens in the loss, flat-group split, KL share of the loss
+    (module docstring). It measures; the ``doctor`` callback judges.
 
     Args:
-        warn_every: optimizer steps between two warnings of the same kind (the ones held back are counted).
-        identical_warn_frac: warn when at least this share of a batch's groups are identical completions.
-        truncated_warn_frac: warn when at least this share of a batch's completions ran to
-            ``max_completion_length``.
         exact_cuda_peaks: on a GPU, reset ``torch.cuda``'s peak when each phase starts, so ``memory/<phase>`` is
             each phase's exact peak; this resets the peak your own code reads from ``torch.cuda.max_memory_allocated``
             (off by default: then a phase that did not raise the run's peak reports a lower bound).
+        warn_every, identical_warn_frac, truncated_warn_frac: retired (from when diagnostics judged too): accepted
+            with a FutureWarning and ignored; the doctor's thresholds ``identical_share`` and ``truncated_share``
+            replace the last two, and the doctor says each finding once.
 
     Example::
 
         >>> from rookgrpo.callbacks import resolve_callback
-        >>> cb = resolve_callback({"diagnostics": {"warn_every": 20}})
-        >>> type(cb).__name__, cb.warn_every
-        ('Diagnostics', 20)
+        >>> cb = resolve_callback({"diagnostics": {"exact_cuda_peaks": True}})
+        >>> type(cb).__name__, cb.exact_cuda_peaks
+        ('Diagnostics', True)
     """
 
     state_key = "diagnostics"
 
-    def __init__(self, warn_every: int = 50, identical_warn_frac: float = 0.5, truncated_warn_frac: float = 0.5,
-                 exact_cuda_peaks: bool = False):
-        self.warn_every = int(warn_every)
+    def __init__(self, exact_cuda_peaks: bool = False, warn_every: int | None = None,
+                 identical_warn_frac: float | None = None, truncated_warn_frac: float | None = None):
         self.exact_cuda_peaks = bool(exact_cuda_peaks)
-        self.identical_warn_frac = float(identical_warn_frac)
-        self.truncated_warn_frac = float(truncated_warn_frac)
-        self._first_truncated: tuple[int, float] | None = None  # (step, share) of the first training batch
-        self._last_warned: dict[str, int] = {}
-        self._held_back: dict[str, int] = {}
+        given = {"warn_every": warn_every, "identical_warn_frac": identical_warn_frac,
+                 "truncated_warn_frac": truncated_warn_frac}
+        moved = {k: RETIRED[k] for k, v in given.items() if v is not None}
+        if moved:
+            warnings.warn("diagnostics: " + "; ".join(f"{k} is ignored, {v}" for k, v in moved.items()) +
+                          " (the doctor judges what diagnostics measures: callbacks: [diagnostics, doctor]).",
+                          FutureWarning, stacklevel=2)
         self._step_start: float | None = None
         self._graphs_at_start = 0
         self._steps: list[float] = []  # durations of the steps after the first (for the median)
@@ -248,6 +182,15 @@ class Diagnostics(RookCallback):
     def bind(self, trainer) -> None:
         super().bind(trainer)
         self.meter = trainer.measure_phases(reset_cuda_peaks=self.exact_cuda_peaks)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        from .doctor import Doctor
+
+        handler = getattr(self.trainer, "callback_handler", None)
+        if handler is not None and not any(isinstance(c, Doctor) for c in handler.callbacks) \
+                and self.trainer.accelerator.is_main_process:
+            logger.info("diagnostics measures and logs; add the doctor callback (callbacks: [diagnostics, doctor]) "
+                        "to have the numbers judged while training, or run `rookgrpo doctor OUTPUT_DIR` after.")
 
     # The trainer calls this after TRL scored a generation batch (and after resampling replaced groups).
     def on_scored_batch(self, trainer, scored) -> None:
@@ -260,36 +203,14 @@ class Diagnostics(RookCallback):
         ids, mask = scored.first_output["completion_ids"], scored.first_output["completion_mask"]
         ids = ids.masked_fill(mask == 0, -1).view(-1, G, ids.size(1))
         identical = (ids == ids[:, :1]).all(dim=2).all(dim=1).sum()
-        nonzero_adv = (scored.output["advantages"].abs() > 1e-8).sum()
         loss_tokens = loss_mask(scored.output).sum()
-        cut = truncated_rows(scored.first_output["completion_ids"], _eos_token_ids(trainer),
-                             trainer.args.max_completion_length).sum()
         local = torch.stack([identical.float(), torch.tensor(float(ids.size(0)), device=identical.device),
-                             nonzero_adv.float(), loss_tokens.float().to(identical.device),
-                             cut.float().to(identical.device)])
-        totals = trainer.accelerator.gather(local.unsqueeze(0)).sum(dim=0).tolist()
-        identical, groups, nonzero_adv, loss_tokens, cut = totals
-        share = identical / max(groups, 1.0)
-        metrics["groups/identical_frac"].append(share)
-        if mode != "train":
-            return
-        self._flat_split(trainer, scored, G, metrics)
-        step = trainer.state.global_step
-        if loss_tokens == 0:
-            self._warn("no_tokens", step, NO_TOKENS_HELP)
-        if nonzero_adv == 0:
-            self._warn("zero_advantage", step, ZERO_ADVANTAGE_HELP)
-        if share >= self.identical_warn_frac:
-            self._warn("identical", step, IDENTICAL_HELP.format(share=share, G=G))
-        self._check_truncation(step, cut / max(groups * G, 1.0), trainer.args)
-        judges = {name for name, func in zip(trainer.reward_func_names, trainer.reward_funcs)
-                  if isinstance(func, torch.nn.Module)}
-        for name, value, n in collapsed_rewards(scored.rewards_per_func, trainer.reward_func_names):
-            help_text = COLLAPSED_HELP if name in judges else COLLAPSED_RULE_HELP
-            self._warn(f"collapsed:{name}", step, help_text.format(name=name, n=n, value=value))
-        for name, center, spread, n in saturated_rewards(scored.rewards_per_func, trainer.reward_func_names):
-            self._warn(f"saturated:{name}", step, SATURATED_HELP.format(name=name, n=n, spread=spread, center=center,
-                                                                        ratio=spread / abs(center)))
+                             loss_tokens.float().to(identical.device)])
+        identical, groups, loss_tokens = trainer.accelerator.gather(local.unsqueeze(0)).sum(dim=0).tolist()
+        metrics["groups/identical_frac"].append(identical / max(groups, 1.0))
+        metrics["completions/loss_tokens"].append(loss_tokens)
+        if mode == "train":
+            self._flat_split(trainer, scored, G, metrics)
 
     def _flat_split(self, trainer, scored, G: int, metrics) -> None:
         """Log the shares of groups flat at the best and at the worst combined reward seen so far (the rewards are
@@ -314,31 +235,6 @@ class Diagnostics(RookCallback):
         groups = max(flat.numel(), 1)
         metrics["groups/flat_best_frac"].append((flat & (value >= high - eps)).sum().item() / groups)
         metrics["groups/flat_worst_frac"].append((flat & (value <= low + eps)).sum().item() / groups)
-
-    def _check_truncation(self, step: int, share: float, args) -> None:
-        """Warns when ``share`` (of the batch's completions cut off) reaches ``truncated_warn_frac``: as a limit too
-        short when the first training batch was already at half of it or more, else as run-on collapse."""
-        if self._first_truncated is None:
-            self._first_truncated = (step, share)
-        if share < self.truncated_warn_frac:
-            return
-        first_step, first = self._first_truncated
-        rose = first < self.truncated_warn_frac / 2
-        kind, help_text = ("runaway", RUNAWAY_HELP) if rose else ("truncated", TOO_SHORT_HELP)
-        mask = "" if getattr(args, "mask_truncated_completions", False) else MASK_HINT
-        self._warn(kind, step, help_text.format(share=share, limit=args.max_completion_length, first=first,
-                                                first_step=first_step, mask=mask))
-
-    def _warn(self, kind: str, step: int, message: str) -> None:
-        last = self._last_warned.get(kind)
-        if last is not None and step - last < self.warn_every:
-            self._held_back[kind] = self._held_back.get(kind, 0) + 1
-            return
-        held = self._held_back.pop(kind, 0)
-        suffix = f" ({held} more like this since step {last} not shown)" if held else ""
-        if self.trainer.accelerator.is_main_process:
-            logger.warning("step %d: %s%s", step, message, suffix)
-        self._last_warned[kind] = step
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._step_start = time.perf_counter()
@@ -369,11 +265,7 @@ class Diagnostics(RookCallback):
             self._first_step = seconds
             metrics["timing/first_step"].append(seconds)
             return
-        if new_graphs:
-            ratio = f", {seconds / statistics.median(self._steps):.1f}x the median of the steps before it" if self._steps else ""
-            self._warn("recompile", state.global_step, RECOMPILE_HELP.format(graphs=new_graphs, step=state.global_step,
-                                                                             seconds=seconds, ratio=ratio))
-        else:
+        if not new_graphs:  # a step that compiled again is the doctor's recompile finding, not a steady step
             self._steps = (self._steps + [seconds])[-50:]
         if len(self._steps) == 5 and not new_graphs:  # the fifth steady step (the list only grows, to 50)
             median = statistics.median(self._steps)
@@ -394,14 +286,14 @@ class Diagnostics(RookCallback):
             logs["loss/kl_share"] = kl_share(float(logs["loss"]), term)
 
     def state_dict(self) -> dict:
-        return {"last_warned": self._last_warned, "held_back": self._held_back,
-                "reward_range": list(self._reward_range) if self._reward_range else None,
-                "first_truncated": list(self._first_truncated) if self._first_truncated else None}
+        return {"reward_range": list(self._reward_range) if self._reward_range else None}
 
     def load_state_dict(self, state: dict) -> None:
-        self._last_warned = {k: int(v) for k, v in state.get("last_warned", {}).items()}
-        self._held_back = {k: int(v) for k, v in state.get("held_back", {}).items()}
-        first = state.get("first_truncated")  # absent in checkpoints written before it was kept
-        self._first_truncated = (int(first[0]), float(first[1])) if first else None
-        rng = state.get("reward_range")
+        rng = state.get("reward_range")  # checkpoints of older versions also hold their warnings' state: ignored
         self._reward_range = (float(rng[0]), float(rng[1])) if rng else None
+
+
+#: Arguments diagnostics took when it judged as well as measured: each now a doctor threshold, or gone.
+RETIRED = {"warn_every": "the doctor says each finding once, and again when it grows",
+           "identical_warn_frac": "set the doctor's thresholds: {identical_share: ...}",
+           "truncated_warn_frac": "set the doctor's thresholds: {truncated_share: ...}"}

@@ -87,6 +87,11 @@ class Doctor(RookCallback):
             weights = getattr(trainer, "reward_weights", None)
             if weights is not None:
                 self.thresholds.reward_weights = {n: float(w) for n, w in zip(trainer.reward_func_names, weights.tolist())}
+        if self.thresholds.judges is None and getattr(trainer, "reward_funcs", None) is not None:
+            import torch
+
+            self.thresholds.judges = tuple(n for n, f in zip(trainer.reward_func_names, trainer.reward_funcs)
+                                           if isinstance(f, torch.nn.Module))
         if self.kl_grad_every:
             from ..dynamics.kl_grad import KLGradMeter
 

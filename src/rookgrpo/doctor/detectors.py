@@ -48,7 +48,13 @@ class Thresholds:
     heldout_min_abs: float = 0.03  #: ... and by at least this much for a rate in [0, 1] (accuracy, share)
     heldout_min_rel: float = 0.05  #: ... or this share of its reference value for other metrics (NLL, loss, reward)
     kl_spike_floor: float = 0.1  #: a KL spike must reach this many nats/token to matter (a 40x rise from 0.002 does not)
+    identical_share: float = 0.5  #: share of groups whose completions are all the same token sequence
+    collapsed_share: float = 0.5  #: share of logged points at which a reward gave the whole batch one score
+    saturated_relative: float = 1e-3  #: a reward's batch spread under this share of its magnitude: saturated
     reward_weights: dict[str, float] = field(default_factory=dict)  #: reward name -> weight (default 1)
+    #: the rewards that are reward models (judges), when known (``None``: not known): the live callback and
+    #: ``run_info.json`` give them, ``rookgrpo doctor --judges`` too
+    judges: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -81,9 +87,10 @@ class Finding:
 
 #: Every kind of finding, in report order (the ``doctor`` callback's ``halt_on`` names these).
 KINDS = ("nonfinite", "zero_gradient", "grad_growth", "grad_spike", "entropy_collapse", "kl_runaway", "kl_spike",
-         "kl_dominates", "clipping", "clip_asymmetry", "length_hacking", "truncation", "reward_plateau",
-         "reward_peak_fall", "reward_decline", "reward_dead", "reward_dominant", "zero_std", "kl_only_groups",
-         "heldout_drop")
+         "kl_dominates", "clipping", "clip_asymmetry", "length_hacking", "truncation", "no_loss_tokens",
+         "identical_groups", "reward_plateau", "reward_peak_fall", "reward_decline", "reward_collapsed",
+         "reward_saturated", "reward_dead", "reward_dominant", "zero_std", "kl_only_groups", "heldout_drop",
+         "recompile")
 #: Severity tiers, most severe first: critical = not learning or broken now; warning = likely to go wrong; info =
 #: worth knowing (a real change too small to matter).
 SEVERITIES = ("critical", "warning", "info")
@@ -327,7 +334,7 @@ def detect_clipping(h: History, t: Thresholds) -> list[Finding]:
 
 # ---- completions ------------------------------------------------------------------------------------------------
 
-@detector("completions/mean_length")
+@detector("completions/mean_length", "completions/clipped_ratio")
 def detect_length(h: History, t: Thresholds) -> list[Finding]:
     out = []
     steps, length = h.curve("completions/mean_length")
@@ -349,17 +356,21 @@ def detect_length(h: History, t: Thresholds) -> list[Finding]:
                         "equal quality (rookgrpo rewards audit), add a length penalty, use loss_type: dr_grpo."))
     steps, cut = h.curve("completions/clipped_ratio")
     if len(cut) >= t.min_share_points:
-        end = statistics.median(stats.tail(cut))
-        start = statistics.median(stats.head(cut))
-        if end >= t.truncated_share:
-            rose = start < t.truncated_share / 2
+        start, end = statistics.median(stats.head(cut)), statistics.median(stats.tail(cut))
+        # Run-on collapse is fast (a run of rookgrpo's selection benchmark: 0% cut off for 20 steps, 26% for 5, 73%
+        # for the last 2): a start under half the threshold and the last two points over it name it as it happens.
+        rose = start < t.truncated_share / 2 and min(cut[-2:]) >= t.truncated_share
+        if rose or end >= t.truncated_share:
             first = next(s for s, v in zip(steps, cut) if v >= t.truncated_share)
             out.append(Finding(
                 "truncation", "completions ending at max_completion_length", first, steps[-1],
-                subject="completions/clipped_ratio", values={"start": start, "end": end},
-                message=(f"{end:.0%} of completions were cut off at max_completion_length at the end, against "
-                         f"{start:.0%} at the start: the policy is collapsing into text that never ends. Fix: lower "
-                         "learning_rate, raise beta, restart from a checkpoint before the rise." if rose else
+                subject="completions/clipped_ratio", values={"start": start, "end": cut[-1] if rose else end},
+                severity="critical" if rose else "warning",
+                message=(f"{cut[-1]:.0%} of completions were cut off at max_completion_length at step {steps[-1]}, "
+                         f"against {start:.0%} at the start: the policy is collapsing into run-on text that never "
+                         "ends, and the rewards score cut-off, malformed answers from here. Fix: lower learning_rate, "
+                         "set beta > 0 or add adaptive_beta, and restart from a checkpoint saved before the rise "
+                         f"(step {first} is the first over {t.truncated_share:.0%})." if rose else
                          f"{end:.0%} of completions were cut off at max_completion_length ({start:.0%} from the start): "
                          "the limit is too short for the task, or the model never learned to stop. Fix: raise "
                          "max_completion_length, check that the model ends answers with eos, or set "
@@ -468,6 +479,7 @@ def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
     names = [n for n in _components(h) if weights.get(n, 1.0) != 0]  # logged but weighted 0: not in the reward
     if len(names) < 2:
         return []
+    collapsed = set(_collapsed(h, t))  # a reward that scores every completion alike is named by detect_reward_spread
     shares: dict[str, list[float]] = {n: [] for n in names}
     logged = 0
     for entry in h.entries:
@@ -489,7 +501,7 @@ def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
     weighted = (" (weighted)" if t.reward_weights else " (weighted as read off the log)" if weights else
                 " (unweighted: give rookgrpo doctor the run's weights, --reward-weights NAME=W ...)")
     out = []
-    dead = sorted(n for n, s in median.items() if s < t.component_dead)
+    dead = sorted(n for n, s in median.items() if s < t.component_dead and n not in collapsed)
     if dead:
         out.append(Finding(
             "reward_dead", "reward components that carry no spread", steps[0], steps[-1], subject=",".join(dead),
@@ -510,6 +522,153 @@ def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
                     "over logs): the advantages follow it alone and the other components do not shape the update. "
                     "Fix: rebalance reward_weights, or scale_rewards so the components compare."))
     return out
+
+
+def _collapsed(h: History, t: Thresholds) -> dict[str, tuple[list[int], float]]:
+    """Rewards that gave the whole batch one score (``rewards/<name>/std`` exactly 0, its mean logged) at
+    ``collapsed_share`` or more of their logged points: name -> (those steps, the median score there)."""
+    out = {}
+    for n in _components(h):
+        points = [(int(e["step"]), e[f"rewards/{n}/std"], e.get(f"rewards/{n}/mean")) for e in h.entries
+                  if isinstance(e.get(f"rewards/{n}/std"), (int, float)) and e[f"rewards/{n}/std"] == e[f"rewards/{n}/std"]
+                  and isinstance(e.get(f"rewards/{n}/mean"), (int, float)) and math.isfinite(e[f"rewards/{n}/mean"])]
+        if len(points) < t.min_share_points:
+            continue
+        flat = [(s, m) for s, sd, m in points if sd == 0.0]
+        if flat and len(flat) / len(points) >= t.collapsed_share:
+            out[n] = ([s for s, _ in flat], statistics.median(m for _, m in flat))
+    return out
+
+
+COLLAPSED_JUDGE = ("Likely cause: a judge (reward model) that scores every completion alike: saturated (its output far "
+                   "from 0 whatever the text) or blind to the completion (the text it sees is cut off, or the "
+                   "completion part is lost in formatting). Fix: check what the judge is given "
+                   "(reward_processing_classes, truncation) and its raw scores on good and bad answers.")
+COLLAPSED_RULE = ("It is a rule, so every completion failed it (or passed it): the rule is too hard (or too easy) for "
+                  "the model at this temperature. Fix: raise the temperature for that task (task_generation_kwargs), "
+                  "give the reward partial credit, or train on prompts the model sometimes solves.")
+COLLAPSED_EITHER = ("Likely cause: for a rule, every completion failed it (or passed it): too hard or too easy at this "
+                    "temperature (fix: raise the temperature, give partial credit, train on prompts the model "
+                    "sometimes solves); for a judge (reward model), one that is saturated or blind to the completion "
+                    "(fix: check what it is given and its raw scores on good and bad answers; rookgrpo doctor "
+                    "--judges NAME says which rewards are judges).")
+
+
+@detector("rewards/*/std")
+def detect_reward_spread(h: History, t: Thresholds) -> list[Finding]:
+    """A reward that gives every completion of a batch the same score (collapsed), or scores within a thousandth of
+    its magnitude of each other (saturated): measured per batch by TRL (``rewards/<name>/std``), judged here."""
+    out = []
+    weights = t.reward_weights or infer_reward_weights(h)
+    names = [n for n in _components(h) if weights.get(n, 1.0) != 0]  # logged but weighted 0: not in the reward
+    for n, (steps, value) in _collapsed(h, t).items():
+        if n not in names:
+            continue
+        total = sum(1 for e in h.entries if isinstance(e.get(f"rewards/{n}/std"), (int, float)))
+        every = len(steps) == total
+        judge = t.judges is not None and n in t.judges
+        cause = COLLAPSED_EITHER if t.judges is None else COLLAPSED_JUDGE if judge else COLLAPSED_RULE
+        sole = len(names) == 1 and every  # the only reward, flat at every step: nothing to learn from
+        out.append(Finding(
+            "reward_collapsed", f"reward {n!r} gives every completion the same score", steps[0], steps[-1],
+            subject=n, severity="critical" if sole else "warning",
+            values={"steps": len(steps), "logged": total, "score": value, "judge": judge},
+            message=f"reward {n!r} gave every completion of the batch the same score (median {_fmt(value)}) at "
+                    f"{len(steps)} of {total} logged steps (rewards/{n}/std exactly 0), so it adds nothing to the "
+                    f"advantages there. {cause}"))
+    # Saturation matters where the saturated scores are the whole reward (group scaling then divides by their tiny
+    # spread): the only weighted reward, or the combined reward itself; a saturated component among others carries
+    # almost no variance, which reward_dead names.
+    judged = {names[0]: (f"rewards/{names[0]}/std", f"rewards/{names[0]}/mean")} if len(names) == 1 else \
+        {"reward": ("reward_std", "reward")}
+    for n, (std_key, mean_key) in judged.items():
+        if n in _collapsed(h, t):
+            continue
+        ratios = []
+        for e in h.entries:
+            sd, mean = e.get(std_key), e.get(mean_key)
+            if isinstance(sd, (int, float)) and isinstance(mean, (int, float)) and math.isfinite(sd) \
+                    and math.isfinite(mean) and sd > 1e-6 * max(1.0, abs(mean)):
+                ratios.append((int(e["step"]), sd / abs(mean) if mean else math.inf, mean, sd))
+        if len(ratios) < t.min_share_points:
+            continue
+        low = [r for r in ratios if r[1] < t.saturated_relative]
+        if len(low) / len(ratios) < 0.5:
+            continue
+        center, spread = statistics.median(r[2] for r in low), statistics.median(r[3] for r in low)
+        what = "the combined reward" if n == "reward" else f"reward {n!r}"
+        out.append(Finding(
+            "reward_saturated", f"{what} saturated", low[0][0], low[-1][0], subject=n,
+            values={"center": center, "spread": spread, "steps": len(low), "logged": len(ratios)},
+            message=f"{what} scored the batch within {_fmt(spread)} (standard deviation, median) around "
+                    f"{_fmt(center)} at {len(low)} of {len(ratios)} logged steps: under {t.saturated_relative:g} of "
+                    "its magnitude. Scaled advantages divide by the group's spread, so differences this small become "
+                    "full-size advantages and the policy learns from the reward's noise. Likely cause: a judge whose "
+                    "output sits far from 0 whatever the text (a logit on a sigmoid's plateau), or a task the policy "
+                    "has saturated. Fix: check the judge's raw scores on good and bad answers (center or rescale "
+                    "them), use scale_rewards: none, or train on harder prompts."))
+    return out
+
+
+@detector("groups/identical_frac")
+def detect_identical_groups(h: History, t: Thresholds) -> list[Finding]:
+    """Groups whose completions are all the same token sequence (``groups/identical_frac``, rookgrpo's diagnostics):
+    sampling leaves no room to explore."""
+    steps, share = h.curve("groups/identical_frac")
+    if len(share) < t.min_share_points:
+        return []
+    med = statistics.median(share)
+    if med < t.identical_share:
+        return []
+    every = min(share) >= 1.0
+    return [Finding(
+        "identical_groups", "every group's completions are identical" if every else "most groups' completions are "
+        "identical", steps[0], steps[-1], subject="groups/identical_frac", values={"median": med},
+        severity="critical" if every else "warning",
+        message=f"a median {med:.0%} of groups had completions that are all the same token sequence "
+                "(groups/identical_frac): such a group has no reward spread and teaches nothing. Likely cause: "
+                "sampling too cold for this task, or a collapsed policy. Fix: raise temperature/top_p for that task "
+                "(task_generation_kwargs), lower the learning rate, or raise beta / use adaptive_beta to hold the "
+                "policy near the reference.")]
+
+
+@detector("completions/loss_tokens")
+def detect_no_loss_tokens(h: History, t: Thresholds) -> list[Finding]:
+    """Generation batches of which the loss sees no token (``completions/loss_tokens`` 0, rookgrpo's diagnostics)."""
+    steps, tokens = h.curve("completions/loss_tokens")
+    empty = [s for s, v in zip(steps, tokens) if v == 0]
+    if not empty:
+        return []
+    every = len(empty) == len(tokens) and len(tokens) >= t.min_share_points
+    return [Finding(
+        "no_loss_tokens", "batches with no token to learn from", empty[0], empty[-1], subject="completions/loss_tokens",
+        severity="critical" if every or len(empty) / len(tokens) >= t.grad_zero_share and
+        len(tokens) >= t.min_share_points else "warning", values={"steps": len(empty), "logged": len(tokens)},
+        message=f"at {len(empty)} of {len(tokens)} logged steps every completion was masked out of the loss, so the "
+                "step had no token to learn from. Likely cause: every completion was cut off at "
+                "max_completion_length with mask_truncated_completions on, or a tool/completion mask that covers "
+                "everything. Fix: raise max_completion_length, turn mask_truncated_completions off, or check the "
+                "masks.")]
+
+
+@detector("compile/graphs")
+def detect_recompile(h: History, t: Thresholds) -> list[Finding]:
+    """``torch.compile`` compiling again after the first step (``compile/graphs``, rookgrpo's diagnostics): the
+    "second iteration 5x slower" failure."""
+    steps, graphs = h.curve("compile/graphs")
+    again = [(s, g) for s, g in list(zip(steps, graphs))[1:] if g > 0]
+    if not again:
+        return []
+    _, step_time = h.curve("timing/step")
+    return [Finding(
+        "recompile", "torch.compile compiling again after the first step", again[0][0], again[-1][0],
+        subject="compile/graphs", values={"steps": len(again), "graphs": sum(g for _, g in again)},
+        message=f"torch.compile compiled {sum(g for _, g in again):g} new graph(s) at {len(again)} logged step(s) "
+                f"after the first (first at step {again[0][0]}), each paid again whenever it recurs"
+                f"{' (timing/step shows the cost)' if step_time else ''}. Likely cause: recompilation on a new input "
+                "shape (prompts and completions of varying length) or a failed guard. Fix: pad to fixed lengths "
+                "(pad_to_multiple_of, a fixed max_completion_length), compile with dynamic=True, or raise "
+                "torch._dynamo.config.cache_size_limit; run with TORCH_LOGS=recompiles to see which guard failed.")]
 
 
 @detector("frac_reward_zero_std")

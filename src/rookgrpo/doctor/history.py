@@ -68,6 +68,8 @@ class History:
     source: str = "<memory>"
     #: reward name -> weight, when the run recorded them (rookgrpo's ``run_info.json``); else empty (weights 1)
     reward_weights: dict[str, float] = field(default_factory=dict)
+    #: the rewards that were reward models (judges), when the run recorded them (``run_info.json``); else ``None``
+    judges: tuple[str, ...] | None = None
     _names: set[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -180,6 +182,14 @@ def _reward_weights(run_info: Path) -> dict[str, float]:
         return {}
 
 
+def _judges(run_info: Path) -> tuple[str, ...] | None:
+    """The rewards ``rookgrpo train`` recorded as reward models in ``run_info.json``; ``None`` when not recorded."""
+    try:
+        return tuple(str(n) for n in json.loads(run_info.read_text())["judges"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def load_history(path: str | Path) -> History:
     """The logged metrics of the run at ``path``: a run's output_dir (its ``trainer_state.json``, else the newest
     ``checkpoint-*``'s, else TensorBoard event files under it), a ``trainer_state.json``, or a ``.jsonl`` log.
@@ -201,7 +211,8 @@ def load_history(path: str | Path) -> History:
                              key=lambda p: int(p.parent.name.split("-")[-1]) if p.parent.name.split("-")[-1].isdigit() else -1)
         state = checkpoints[-1] if checkpoints else None
     if state is not None:
-        return History(_read_trainer_state(state), str(state), _reward_weights(path / "run_info.json"))
+        return History(_read_trainer_state(state), str(state), _reward_weights(path / "run_info.json"),
+                       _judges(path / "run_info.json"))
     if any(path.rglob("events.out.tfevents.*")):
         return History(_read_tensorboard(path), str(path))
     raise ConfigError(f"no trainer_state.json in {path} or its checkpoint-* folders, and no TensorBoard event "
