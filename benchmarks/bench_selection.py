@@ -129,7 +129,7 @@ def run(arm: str, seed: int, budget: int, out: str, n_prompts: int, regime: str 
                 control.should_training_stop = True
 
     trainer = RookGRPOTrainer(model="rookgrpo/tiny-rookworld", reward_funcs=[reward()], args=args,
-                              train_dataset=data, callbacks=[*(["diagnostics"] if diagnostics else []), *ARMS[arm],
+                              train_dataset=data, callbacks=[*(["diagnostics", "doctor"] if diagnostics else []), *ARMS[arm],
                                                              SignalCount()])
     counter = Counter(trainer)
     trainer.add_callback(Budget())
@@ -167,8 +167,8 @@ def main(argv=None) -> dict:
                          "measured alone matches its numbers in a full run)")
     ap.add_argument("--eval_depth", type=int, default=8)
     ap.add_argument("--diagnostics", action="store_true",
-                    help="add the diagnostics callback to every arm (it does not change a run): its warnings, e.g. "
-                         "completions running on to max_completion_length, go to the log")
+                    help="add the diagnostics and doctor callbacks to every arm (they do not change a run): the "
+                         "doctor's findings, e.g. completions running on to max_completion_length, go to the log")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     if args.diagnostics:
