@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -89,6 +91,26 @@ def _cell(c: dict) -> str:
     return f"{c['mean']:+.3f} ± {c['se']:.3f} (t {c['t']:.1f})" if c["se"] == c["se"] else f"{c['mean']:+.3f}"
 
 
+def panel_size(base: dict, rs: list[dict], key: str = "best_move_accuracy", panel: int = 96) -> dict | None:
+    """How many P: positions a validation panel needs to see an arm's gain in ``key`` at 2 standard errors.
+
+    A checkpoint is compared with the start on the same positions, so the noise is that of a paired change: per
+    position the difference ``d`` in {-1, 0, 1}; its standard error on ``n`` positions is ``sd(d) / sqrt(n)``. From
+    the arm's runs (the reported panel's per-row outcomes against the start's): the mean change ``m``, the per-position
+    ``sd(d)``, the standard error at the guard's ``panel`` positions, and ``n = (2 sd / m)^2``, the positions for
+    ``m`` to stand 2 standard errors out. ``None`` without per-row outcomes or with no mean gain."""
+    start = base.get("per_row", {}).get(key)
+    diffs = [[a - b for a, b in zip(r["per_row"][key], start)] for r in rs if "per_row" in r and start]
+    if not diffs:
+        return None
+    flat = [d for ds in diffs for d in ds]
+    mean = sum(flat) / len(flat)
+    sd = statistics.pstdev(flat)
+    need = math.ceil((2 * sd / mean) ** 2) if mean > 0 else None
+    return {"mean": mean, "sd": sd, "se_at_panel": sd / math.sqrt(panel), "positions_needed": need,
+            "flipped": sum(d != 0 for d in flat) / len(flat)}
+
+
 def report(base: dict, runs: dict, partial: str | None = None) -> dict:
     decision = decide(base, runs)
     rules = decision["rules"]
@@ -117,13 +139,24 @@ def report(base: dict, runs: dict, partial: str | None = None) -> dict:
                 pairs[f"{arm} − {against}"] = cells
                 lines.append(f"| {arm} − {against} | " + " | ".join(_cell(cells[k]) for k, _ in METRICS) + " |")
     lines += ["", f"Decision: {decision['pick']} ({decision['why']})."]
+    sizes = {a: panel_size(base, runs[a]) for a in runs if a in rules}
+    if any(sizes.values()):
+        lines += ["", "The validation panel (the guard's, 96 P: positions): each arm's best-move change per position "
+                  "against the start, on the reported panel; the standard error of that paired change at 96 "
+                  "positions, and the positions a panel needs for the arm's mean gain to stand 2 standard errors out:",
+                  "", "| arm | mean change | positions that flipped | se at 96 | positions needed |",
+                  "| --- | --- | --- | --- | --- |"]
+        for arm, z in sizes.items():
+            if z:
+                lines.append(f"| {arm} | {z['mean']:+.3f} | {z['flipped']:.2f} | {z['se_at_panel']:.3f} | "
+                             f"{z['positions_needed'] if z['positions_needed'] else 'no gain to resolve'} |")
     return {"title": "Best-move grid: changes to the shipped recipe (tiny-rookworld, 200 steps, seeds 1-5)",
             "description": f"Arms: " + "; ".join(f"`{a}`: {grid.arm_text(a)}" for a in runs) + ". Greedy evaluation on "
                            f"the {base['n_policy']} P: and {base['n_env']} A: reported held-out positions ({DATA}), "
                            f"Stockfish depth {DEPTH}. Plan and rule: docs/experiments/2026-11-27-best-move-grid-plan.md.",
             "table": "\n".join(lines), "command": "python benchmarks/bench_best_move_grid.py --out "
             "benchmarks/results/best_move_grid.json", "start": base, "runs": runs, "paired": pairs,
-            "decision": decision,
+            "decision": decision, "panel_size": sizes,
             "run_commits": sorted({r["measured"]["commit"] for rs in runs.values() for r in rs if "measured" in r})}
 
 

@@ -1,7 +1,11 @@
 """docs/benchmarks.md says when a section's numbers describe a packaged chess model that has since been replaced."""
 
+import math
+import statistics
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from conftest import REPO, load_script
 
@@ -253,6 +257,17 @@ def test_best_move_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     result = bench.main(["--from_result", str(partial)])
     assert result["table"].startswith("Unfinished grid") and "no arm meets the rule" in result["table"]
     assert f"| {bench.ARMS[4]} − {control} |" in result["table"]
+    # Panel sizing from per-position outcomes, paired against the start: 4 of 100 positions gained the best move, 2
+    # lost it (mean +0.02); a panel needs (2 sd(d) / 0.02)^2 positions for that to stand 2 standard errors out.
+    start, after = [0] * 100, [1] * 4 + [0] * 96
+    start[50] = start[60] = 1
+    size = bench.panel_size({"per_row": {"best_move_accuracy": start}}, [{"per_row": {"best_move_accuracy": after}}])
+    d = [1] * 4 + [-1] * 2 + [0] * 94
+    sd = statistics.pstdev(d)
+    assert size["mean"] == pytest.approx(0.02) and size["flipped"] == pytest.approx(0.06)
+    assert size["sd"] == pytest.approx(sd) and size["se_at_panel"] == pytest.approx(sd / math.sqrt(96))
+    assert size["positions_needed"] == math.ceil((2 * sd / 0.02) ** 2) == 596
+    assert bench.panel_size({"per_row": {}}, [{"per_row": {"best_move_accuracy": after}}]) is None
 
 
 def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid(tmp_path, monkeypatch):
