@@ -186,9 +186,10 @@ class Diagnostics(RookCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         from .doctor import Doctor
 
-        handler = getattr(self.trainer, "callback_handler", None)
+        trainer = getattr(self, "trainer", None)  # None on a trainer that never bound it (plain TRL)
+        handler = getattr(trainer, "callback_handler", None)
         if handler is not None and not any(isinstance(c, Doctor) for c in handler.callbacks) \
-                and self.trainer.accelerator.is_main_process:
+                and state.is_world_process_zero:
             logger.info("diagnostics measures and logs; add the doctor callback (callbacks: [diagnostics, doctor]) "
                         "to have the numbers judged while training, or run `rookgrpo doctor OUTPUT_DIR` after.")
 
