@@ -7,10 +7,20 @@ import sys
 from conftest import REPO, tiny_grpo_args
 from rookgrpo import RookGRPOTrainer
 from rookgrpo.callbacks import Diagnostics, Doctor
-from rookgrpo.callbacks.diagnostics import _eos_token_ids
 
 sys.path.insert(0, str(REPO / "tests" / "assets"))
 from flat_reward import mostly_flat  # noqa: E402
+
+
+def _eos_token_ids(trainer) -> list[int]:
+    """Every id that ends a completion: TRL's ``eos_token_ids`` (1.16: the tokenizer's and the generation config's),
+    else the tokenizer's eos."""
+    ids = getattr(trainer, "eos_token_ids", None)
+    if ids:
+        return list(ids)
+    tokenizer = getattr(trainer, "_tokenizer", None) or getattr(trainer.processing_class, "tokenizer",
+                                                                 trainer.processing_class)
+    return [tokenizer.eos_token_id]
 
 
 def _history(trainer, key):

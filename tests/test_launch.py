@@ -23,6 +23,7 @@ def test_two_process_cpu_launch_runs_on_both_ranks(tmp_path):
     info = read_json(tmp_path / "out" / "run_info.json")
     assert info["world_size"] == 2 and "MULTI_CPU" in info["distributed_type"]
     assert info["global_step"] == 3
+    assert info["judges"] == []  # the doctor reads which rewards are reward models from here; a function is not
     # Both ranks scored completions, each seeing world size 2 and its own share of the batch.
     calls = {p.name: p.read_text().split() for p in probe.iterdir()}
     assert set(calls) == {"rank-0.txt", "rank-1.txt"}

@@ -119,6 +119,7 @@ def write_run_info(trainer, model_path: str, script_args) -> Path:
     import trl
 
     from . import __version__
+    from .rewards.registry import judge_names
 
     history = trainer.state.log_history
     train_logs = [h for h in history if "loss" in h]
@@ -134,7 +135,7 @@ def write_run_info(trainer, model_path: str, script_args) -> Path:
         "reward_funcs": trainer.reward_func_names,
         "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
         # Rewards that are reward models (judges): the doctor names a judge's causes, not a rule's.
-        "judges": [n for n, f in zip(trainer.reward_func_names, trainer.reward_funcs) if isinstance(f, torch.nn.Module)],
+        "judges": list(judge_names(trainer)),
         "global_step": trainer.state.global_step,
         "last_log": train_logs[-1] if train_logs else None,
     }

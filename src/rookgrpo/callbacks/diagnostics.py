@@ -72,68 +72,6 @@ def kl_term(loss_type: str, beta: float, kl: float | None) -> float | None:
     return beta * kl
 
 
-def _score_ranges(rewards_per_func: torch.Tensor, names: list[str]):
-    """(name, lowest, highest, count) of each reward function's scores in the batch, for those with 2+ scores."""
-    for i, name in enumerate(names):
-        values = rewards_per_func[:, i]
-        values = values[~torch.isnan(values)].double()
-        if values.numel() >= 2:
-            yield name, values.min().item(), values.max().item(), values.numel()
-
-
-def collapsed_rewards(rewards_per_func: torch.Tensor, names: list[str]) -> list[tuple[str, float, int]]:
-    """(name, value, count) of each reward function that gave all its scored completions (at least 2) one score.
-
-    >>> nan = float("nan")
-    >>> collapsed_rewards(torch.tensor([[0.5, 1.0], [0.5, 0.0], [0.5, nan]]), ["judge", "rule"])
-    [('judge', 0.5, 3)]
-    """
-    return [(name, high, n) for name, low, high, n in _score_ranges(rewards_per_func, names)
-            if high - low <= 1e-6 * max(1.0, abs(high))]
-
-
-def saturated_rewards(rewards_per_func: torch.Tensor, names: list[str],
-                      relative: float = 1e-3) -> list[tuple[str, float, float, int]]:
-    """(name, center, spread, count) of each reward whose scores in the batch are not all equal but spread by less
-    than ``relative`` of their magnitude (a saturated judge); exactly equal scores are :func:`collapsed_rewards`.
-
-    >>> nan = float("nan")
-    >>> saturated_rewards(torch.tensor([[9.9995, 1.0], [10.0, 0.0], [10.0002, nan]]), ["judge", "rule"])
-    [('judge', 9.99985, 0.0007, 3)]
-    """
-    out = []
-    for name, low, high, n in _score_ranges(rewards_per_func, names):
-        spread, magnitude = high - low, max(abs(low), abs(high))
-        if 1e-6 * max(1.0, magnitude) < spread < relative * magnitude:
-            out.append((name, round((low + high) / 2, 6), round(spread, 6), n))
-    return out
-
-
-def truncated_rows(completion_ids: torch.Tensor, eos_token_ids: list[int], limit: int) -> torch.Tensor:
-    """Rows of a padded completion batch that hold no end token within their first ``limit`` tokens: cut off at
-    ``max_completion_length``. Padding after an end token, even when pad is eos, does not matter. TRL's
-    ``completions/clipped_ratio`` counts the same rows but one: a row whose last token is a sampled pad token (TRL
-    counts it as finished).
-
-    >>> ids = torch.tensor([[5, 6, 0, 0], [5, 6, 7, 8], [5, 0, 9, 9]])  # eos 0; pad 9 after the third row's eos
-    >>> truncated_rows(ids, [0], limit=4)
-    tensor([False,  True, False])
-    """
-    eos = torch.tensor(list(eos_token_ids), device=completion_ids.device, dtype=completion_ids.dtype)
-    return ~torch.isin(completion_ids[:, :limit], eos).any(dim=1)
-
-
-def _eos_token_ids(trainer) -> list[int]:
-    """Every id that ends a completion: TRL's ``eos_token_ids`` (1.16: the tokenizer's and the generation config's),
-    else the tokenizer's eos."""
-    ids = getattr(trainer, "eos_token_ids", None)
-    if ids:
-        return list(ids)
-    tokenizer = getattr(trainer, "_tokenizer", None) or getattr(trainer.processing_class, "tokenizer",
-                                                                 trainer.processing_class)
-    return [tokenizer.eos_token_id]
-
-
 def kl_share(loss: float, kl_term: float) -> float:
     """Share of the loss magnitude from the KL term: ``|beta·kl| / (|loss − beta·kl| + |beta·kl|)``."""
     total = abs(loss - kl_term) + abs(kl_term)

@@ -88,10 +88,9 @@ class Doctor(RookCallback):
             if weights is not None:
                 self.thresholds.reward_weights = {n: float(w) for n, w in zip(trainer.reward_func_names, weights.tolist())}
         if self.thresholds.judges is None and getattr(trainer, "reward_funcs", None) is not None:
-            import torch
+            from ..rewards.registry import judge_names
 
-            self.thresholds.judges = tuple(n for n, f in zip(trainer.reward_func_names, trainer.reward_funcs)
-                                           if isinstance(f, torch.nn.Module))
+            self.thresholds.judges = judge_names(trainer)
         if self.kl_grad_every:
             from ..dynamics.kl_grad import KLGradMeter
 

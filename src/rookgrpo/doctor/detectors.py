@@ -561,7 +561,8 @@ def detect_reward_spread(h: History, t: Thresholds) -> list[Finding]:
     out = []
     weights = t.reward_weights or infer_reward_weights(h)
     names = [n for n in _components(h) if weights.get(n, 1.0) != 0]  # logged but weighted 0: not in the reward
-    for n, (steps, value) in _collapsed(h, t).items():
+    collapsed = _collapsed(h, t)
+    for n, (steps, value) in collapsed.items():
         if n not in names:
             continue
         total = sum(1 for e in h.entries if isinstance(e.get(f"rewards/{n}/std"), (int, float)))
@@ -582,7 +583,7 @@ def detect_reward_spread(h: History, t: Thresholds) -> list[Finding]:
     judged = {names[0]: (f"rewards/{names[0]}/std", f"rewards/{names[0]}/mean")} if len(names) == 1 else \
         {"reward": ("reward_std", "reward")}
     for n, (std_key, mean_key) in judged.items():
-        if n in _collapsed(h, t):
+        if n in collapsed:
             continue
         ratios = []
         for e in h.entries:

@@ -172,22 +172,22 @@ def _read_tensorboard(folder: Path) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def _reward_weights(run_info: Path) -> dict[str, float]:
-    """The reward weights ``rookgrpo train`` recorded in ``run_info.json``, by reward name; {} when absent."""
+def _run_info(run_info: Path) -> tuple[dict[str, float], tuple[str, ...] | None]:
+    """What ``rookgrpo train`` recorded in ``run_info.json`` for the doctor: the reward weights by reward name ({} when
+    absent) and the rewards that were reward models (``None`` when not recorded)."""
     try:
         info = json.loads(run_info.read_text())
-        names, weights = info["reward_funcs"], info["reward_weights"]
-        return {str(n): float(w) for n, w in zip(names, weights)}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-
-
-def _judges(run_info: Path) -> tuple[str, ...] | None:
-    """The rewards ``rookgrpo train`` recorded as reward models in ``run_info.json``; ``None`` when not recorded."""
+    except (OSError, ValueError):
+        return {}, None
     try:
-        return tuple(str(n) for n in json.loads(run_info.read_text())["judges"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        weights = {str(n): float(w) for n, w in zip(info["reward_funcs"], info["reward_weights"])}
+    except (KeyError, TypeError, ValueError):
+        weights = {}
+    try:
+        judges = tuple(str(n) for n in info["judges"])
+    except (KeyError, TypeError):
+        judges = None
+    return weights, judges
 
 
 def load_history(path: str | Path) -> History:
@@ -211,8 +211,7 @@ def load_history(path: str | Path) -> History:
                              key=lambda p: int(p.parent.name.split("-")[-1]) if p.parent.name.split("-")[-1].isdigit() else -1)
         state = checkpoints[-1] if checkpoints else None
     if state is not None:
-        return History(_read_trainer_state(state), str(state), _reward_weights(path / "run_info.json"),
-                       _judges(path / "run_info.json"))
+        return History(_read_trainer_state(state), str(state), *_run_info(path / "run_info.json"))
     if any(path.rglob("events.out.tfevents.*")):
         return History(_read_tensorboard(path), str(path))
     raise ConfigError(f"no trainer_state.json in {path} or its checkpoint-* folders, and no TensorBoard event "

@@ -95,3 +95,11 @@ def resolve_reward_func(spec: Any) -> Any:
     if _HUB_ID.match(name):
         return name  # a hub reward model; TRL loads it
     raise ConfigError(registry.unknown_message("reward", name))
+
+
+def judge_names(trainer) -> tuple[str, ...]:
+    """The names of a trainer's rewards that are reward models (judges: modules TRL scores with), in order. The doctor
+    names a judge's causes where a reward scores every completion alike, and ``run_info.json`` records them."""
+    import torch
+
+    return tuple(n for n, f in zip(trainer.reward_func_names, trainer.reward_funcs) if isinstance(f, torch.nn.Module))
