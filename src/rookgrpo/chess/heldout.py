@@ -28,6 +28,7 @@ import chess  # noqa: F401  (the pack's dependency: without the extra, naming ch
 from ..callbacks.heldout_eval import HeldoutEval
 from ..callbacks.registry import register_callback
 from ..errors import ConfigError
+from .assets import VAL_ENV, VAL_POLICY
 
 LOGGED = ("best_move_accuracy", "top5_accuracy", "legal_move_rate", "format_rate", "move_rank_reward", "top_move_share",
           "env_exact_accuracy", "env_copied_rate", "env_broken_rate", "nll_P", "nll_A")
@@ -44,8 +45,8 @@ class ChessEval(HeldoutEval):
             disjoint from the GRPO positions a run with ``rookgrpo/tiny-rookworld-grpo`` trains on and from the
             panel ``rookgrpo evaluate`` reports on (``rookgrpo/tiny-rookworld-eval``).
         every: steps between evaluations; a multiple of ``logging_steps`` so each lands in a logged step.
-        n_policy: how many distinct ``P:`` prompts the subset holds.
-        n_env: how many distinct ``A:`` prompts the subset holds.
+        n_policy: how many distinct ``P:`` prompts the subset holds (default: all of the packaged validation panel).
+        n_env: how many distinct ``A:`` prompts the subset holds (default: the packaged validation panel's).
         batch_size: prompts per greedy generation call.
         max_new_tokens: default: 1.25 x the longest reference completion's tokens, plus 4.
 
@@ -59,7 +60,7 @@ class ChessEval(HeldoutEval):
 
     state_key = "chess_eval"
 
-    def __init__(self, data: str = "rookgrpo/tiny-rookworld-val", n_policy: int = 96, n_env: int = 32,
+    def __init__(self, data: str = "rookgrpo/tiny-rookworld-val", n_policy: int = VAL_POLICY, n_env: int = VAL_ENV,
                  every: int = 20, batch_size: int = 64, max_new_tokens: int | None = None):
         super().__init__(data=data, format="rookworld", every=every, batch_size=batch_size,
                          max_new_tokens=max_new_tokens)
