@@ -27,6 +27,7 @@ from pathlib import Path
 
 import bench_tiny_grpo as grid  # benchmarks/bench_tiny_grpo.py: the arms' recipes, run(), mean_se, t_stat
 from common import STARTED_AT, finish  # benchmarks/common.py
+from rookgrpo.chess.assets import VAL_POLICY  # the guard's validation panel's P: positions
 
 CONTROL = grid.SHIPPED_ARM  # the shipped recipe (less its held-out evaluation and guard)
 ARMS = [
@@ -91,7 +92,7 @@ def _cell(c: dict) -> str:
     return f"{c['mean']:+.3f} ± {c['se']:.3f} (t {c['t']:.1f})" if c["se"] == c["se"] else f"{c['mean']:+.3f}"
 
 
-def panel_size(base: dict, rs: list[dict], key: str = "best_move_accuracy", panel: int = 96) -> dict | None:
+def panel_size(base: dict, rs: list[dict], key: str = "best_move_accuracy", panel: int = VAL_POLICY) -> dict | None:
     """How many P: positions a validation panel needs to see an arm's gain in ``key`` at 2 standard errors.
 
     A checkpoint is compared with the start on the same positions, so the noise is that of a paired change: per
@@ -142,10 +143,11 @@ def report(base: dict, runs: dict, partial: str | None = None) -> dict:
     lines += ["", f"Decision: {decision['pick']} ({decision['why']})."]
     sizes = {a: panel_size(base, runs[a]) for a in runs if a in rules}
     if any(sizes.values()):
-        lines += ["", "The validation panel (the guard's, 96 P: positions): each arm's best-move change per position "
-                  "against the start, on the reported panel; the standard error of that paired change at 96 "
-                  "positions, and the positions a panel needs for the arm's mean gain to stand 2 standard errors out:",
-                  "", "| arm | mean change | positions that flipped | se at 96 | positions needed |",
+        lines += ["", f"The validation panel (the guard's, {VAL_POLICY} P: positions): each arm's best-move change per "
+                  "position against the start, on the reported panel; the standard error of that paired change at "
+                  f"{VAL_POLICY} positions, and the positions a panel needs for the arm's mean gain to stand 2 "
+                  "standard errors out:",
+                  "", f"| arm | mean change | positions that flipped | se at {VAL_POLICY} | positions needed |",
                   "| --- | --- | --- | --- | --- |"]
         for arm, z in sizes.items():
             if z:

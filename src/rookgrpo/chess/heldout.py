@@ -45,8 +45,10 @@ class ChessEval(HeldoutEval):
             disjoint from the GRPO positions a run with ``rookgrpo/tiny-rookworld-grpo`` trains on and from the
             panel ``rookgrpo evaluate`` reports on (``rookgrpo/tiny-rookworld-eval``).
         every: steps between evaluations; a multiple of ``logging_steps`` so each lands in a logged step.
-        n_policy: how many distinct ``P:`` prompts the subset holds (default: all of the packaged validation panel).
-        n_env: how many distinct ``A:`` prompts the subset holds (default: the packaged validation panel's).
+        n_policy: how many distinct ``P:`` prompts the subset holds (default: as many as the packaged validation
+            panel has: ``rookgrpo.chess.assets.VAL_POLICY``).
+        n_env: how many distinct ``A:`` prompts the subset holds (default: as many as the packaged validation panel
+            has: ``rookgrpo.chess.assets.VAL_ENV``).
         batch_size: prompts per greedy generation call.
         max_new_tokens: default: 1.25 x the longest reference completion's tokens, plus 4.
 
