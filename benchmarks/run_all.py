@@ -79,6 +79,9 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("gpu_check_cpu", "bench_gpu_check",
      ["--arms", "vanilla", "recipe", "recipe+heldout", "recipe+heldout/eager", "bare", "+task_sampling", "+doctor",
       "+sft_anchor", "--steps", "2", "--bisect-steps", "2", "--batch", "8"]),
+    # Why the anchor on P: lines lowers greedy format, and a B:-only loss that does not (3 seeds: a probe for the next
+    # mechanism, docs/experiments/2026-11-27-best-move-grid-plan.md; no arm of it ships).
+    ("anchor_format", "bench_anchor_format", ["--seeds", "1", "2", "3"]),
     ("doctor", "bench_doctor", []),
     ("doctor_cost", "bench_doctor_cost", ["--max-blocks", "30"]),
     ("doctor_cost_recipe", "bench_doctor_cost", ["--setting", "recipe", "--min-blocks", "10", "--max-blocks", "20"]),
