@@ -1,11 +1,11 @@
 """The best-move grid: which change to the shipped recipe raises held-out best-move accuracy and holds greedy format?
 
 The plan (arms, metrics, seeds, decision rule) was written before the runs: docs/experiments/2026-11-27-best-move-grid-plan.md.
-Every arm is ``recipes/rookworld-tiny.yaml`` as shipped (the control) or that recipe with one change, trained by
-:func:`bench_tiny_grpo.run` (the same reward objects, Stockfish settings and completions budget as the last grid:
-200 steps of 32 completions, resampling rounds counted), without the held-out evaluation and guard (an arm is judged
-by its last step's weights), then evaluated greedily on the 256 reported held-out positions
-(``rookgrpo/tiny-rookworld-eval``, Stockfish depth 8). Seeds 1-5, arms interleaved per seed.
+Every arm is ``recipes/rookworld-tiny.yaml`` as shipped when the grid ran (the control, :data:`CONTROL`) or that
+recipe with one change, trained by :func:`bench_tiny_grpo.run` (the same reward objects, Stockfish settings and
+completions budget as the last grid: 200 steps of 32 completions, resampling rounds counted), without the held-out
+evaluation and guard (an arm is judged by its last step's weights), then evaluated greedily on the 256 reported
+held-out positions (``rookgrpo/tiny-rookworld-eval``, Stockfish depth 8). Seeds 1-5, arms interleaved per seed.
 
     python benchmarks/bench_best_move_grid.py --out benchmarks/results/best_move_grid.json     (run or resume)
     python benchmarks/bench_best_move_grid.py --from_result benchmarks/results/best_move_grid.json    (re-table)
@@ -29,7 +29,7 @@ import bench_tiny_grpo as grid  # benchmarks/bench_tiny_grpo.py: the arms' recip
 from common import STARTED_AT, finish  # benchmarks/common.py
 from rookgrpo.chess.assets import VAL_POLICY  # the guard's validation panel's P: positions
 
-CONTROL = grid.SHIPPED_ARM  # the shipped recipe (less its held-out evaluation and guard)
+CONTROL = "lr1e-5-cosine+anchor-0.1"  # the recipe as shipped when the grid ran (less its held-out evaluation and guard)
 ARMS = [
     CONTROL,
     f"{CONTROL.split('+')[0]}+anchor-PA-0.1",  # the anchor on P: and A: lines (in place of A: lines only)
@@ -130,7 +130,7 @@ def report(base: dict, runs: dict, partial: str | None = None) -> dict:
         flat, _ = grid.mean_se([r.get("p_format_flat", float("nan")) for r in rs])
         meets = "yes" if d["meets_rule"] else "no" if arm in rules else "(one seed)"
         lines.append(f"| {arm} | {len(rs)} | " + " | ".join(_cell(d[k]) for k, _ in METRICS) + f" | {flat:.2f} | {meets} |")
-    lines += ["", f"Paired by seed against the control (`{CONTROL}`, the shipped recipe) and, for the anchor arm, "
+    lines += ["", f"Paired by seed against the control (`{CONTROL}`, the recipe as shipped when the grid ran) and, for the anchor arm, "
               "against its supervised-only control:", "",
               "| arm − against | " + " | ".join(label for _, label in METRICS) + " |", "|" + " --- |" * (len(METRICS) + 1)]
     pairs = {}
@@ -153,7 +153,7 @@ def report(base: dict, runs: dict, partial: str | None = None) -> dict:
             if z:
                 lines.append(f"| {arm} | {z['mean']:+.3f} | {z['flipped']:.2f} | {z['se_at_panel']:.3f} | "
                              f"{z['positions_needed'] if z['positions_needed'] else 'no gain to resolve'} |")
-    return {"title": "Best-move grid: changes to the shipped recipe (tiny-rookworld, 200 steps, seeds 1-5)",
+    return {"title": "Best-move grid: changes to the recipe as shipped before it (tiny-rookworld, 200 steps, seeds 1-5)",
             "description": f"Arms: " + "; ".join(f"`{a}`: {grid.arm_text(a)}" for a in runs) + ". Greedy evaluation on "
                            f"the {base['n_policy']} P: and {base['n_env']} A: reported held-out positions ({DATA}), "
                            f"Stockfish depth {DEPTH}. Plan and rule: docs/experiments/2026-11-27-best-move-grid-plan.md.",
