@@ -130,8 +130,8 @@ def report(base: dict, runs: dict, partial: str | None = None) -> dict:
         flat, _ = grid.mean_se([r.get("p_format_flat", float("nan")) for r in rs])
         meets = "yes" if d["meets_rule"] else "no" if arm in rules else "(one seed)"
         lines.append(f"| {arm} | {len(rs)} | " + " | ".join(_cell(d[k]) for k, _ in METRICS) + f" | {flat:.2f} | {meets} |")
-    lines += ["", f"Paired by seed against the control (`{CONTROL}`, the recipe as shipped when the grid ran) and, for the anchor arm, "
-              "against its supervised-only control:", "",
+    lines += ["", f"Paired by seed against the control (`{CONTROL}`, the recipe as shipped when the grid ran) and, "
+              "for the anchor arm, against its supervised-only control:", "",
               "| arm − against | " + " | ".join(label for _, label in METRICS) + " |", "|" + " --- |" * (len(METRICS) + 1)]
     pairs = {}
     for arm in runs:
