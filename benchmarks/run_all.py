@@ -47,6 +47,9 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
      ["--steps", "200", "--seeds", "1", "2", "3", "4", "5", "--train_panel", "--arms", "vanilla", "rookgrpo",
       "lr5e-5-cosine", "lr1e-5-cosine", "lr2e-6-cosine", "scale-none", "dr-grpo", "entropy-0.2", "anchor-0.1",
       "anchor-0.3", "sft-only", "lr1e-5-cosine+anchor-0.1"]),
+    # The best-move grid of docs/experiments/2026-11-27-best-move-grid-plan.md: 8 changes to the recipe as shipped
+    # before it (the control among them), 5 seeds each at make train's budget; its pick ships (about 5.5 hours).
+    ("best_move_grid", "bench_best_move_grid", []),
     # The earlier, 100-step comparison: vanilla TRL as it scores, with the one correction rookgrpo turns on by
     # default, the recipe of the time without its per-task sampling, and that recipe (all four arms).
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
