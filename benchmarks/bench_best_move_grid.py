@@ -10,6 +10,15 @@ held-out positions (``rookgrpo/tiny-rookworld-eval``, Stockfish depth 8). Seeds 
     python benchmarks/bench_best_move_grid.py --out benchmarks/results/best_move_grid.json     (run or resume)
     python benchmarks/bench_best_move_grid.py --from_result benchmarks/results/best_move_grid.json    (re-table)
 
+The extension (seeds 42-46, make train's, for the three arms that could ship), tabled with seeds 1-5 as one grid::
+
+    python benchmarks/bench_best_move_grid.py --out benchmarks/results/best_move_grid_more_seeds.json \
+        --arms lr1e-5-cosine+anchor-0.1 lr2e-6-cosine+anchor-0.1 lr1e-5-cosine+anchor-0.1+p-temp-1.0 \
+        --seeds 42 43 44 45 46
+    python benchmarks/bench_best_move_grid.py --from_result benchmarks/results/best_move_grid.json \
+        benchmarks/results/best_move_grid_more_seeds.json \
+        --arms lr1e-5-cosine+anchor-0.1 lr2e-6-cosine+anchor-0.1 lr1e-5-cosine+anchor-0.1+p-temp-1.0
+
 Each finished run is kept in ``OUT.partial``; the same command again skips the runs it holds, so the grid can run
 over several sessions (run it from a ``git worktree`` pinned at one commit, so edits on main cannot change what it
 measures). ``--from_result`` also reads a ``.partial`` file: the table then says the grid is unfinished.
@@ -166,15 +175,25 @@ def report(base: dict, runs: dict, partial: str | None = None) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
-    ap.add_argument("--from_result", default=None, metavar="JSON", help="re-table a result or its .partial")
+    ap.add_argument("--from_result", nargs="+", default=None, metavar="JSON",
+                    help="re-table a result or its .partial; several (same start) are tabled as one, each arm's "
+                         "runs joined (more seeds of some arms)")
     ap.add_argument("--arms", nargs="+", default=ARMS, choices=ARMS, metavar="ARM", help="a subset, in this order")
     ap.add_argument("--seeds", nargs="+", type=int, default=SEEDS)
     args = ap.parse_args(argv)
     if args.from_result:
-        saved = json.loads(Path(args.from_result).read_text())
-        unfinished = args.from_result if "command" not in saved else None
-        result = report(saved["start"], {a: rs for a, rs in saved["runs"].items() if rs}, unfinished)
-        result["measured"] = saved.get("measured", STARTED_AT)
+        saved = [json.loads(Path(f).read_text()) for f in args.from_result]
+        for f, other in zip(args.from_result[1:], saved[1:]):
+            if changed := grid.same_start(saved[0]["start"], other["start"]):
+                ap.error(f"--from_result {f}: its start evaluates differently from {args.from_result[0]}'s "
+                         f"({'; '.join(changed)}); only runs from one start can be tabled together")
+        runs = {a: [r for s in saved for r in s["runs"].get(a, [])] for a in args.arms}
+        for arm, rs in runs.items():
+            if len({r["seed"] for r in rs}) < len(rs):
+                ap.error(f"--from_result: arm {arm} has a seed twice across {', '.join(args.from_result)}")
+        unfinished = ", ".join(f for f, s in zip(args.from_result, saved) if "command" not in s) or None
+        result = report(saved[0]["start"], {a: rs for a, rs in runs.items() if rs}, unfinished)
+        result["measured"] = saved[0].get("measured", STARTED_AT)
         return finish(result, args.out)
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.chess.evaluate import PER_ROW_KEYS, evaluate
