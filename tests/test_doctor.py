@@ -407,6 +407,22 @@ def test_held_out_changes_are_judged_by_size_as_well_as_noise():
     assert _finding(accuracy, "heldout_drop").severity == "critical"
 
 
+def test_a_guarded_grpo_run_is_not_told_to_add_the_guard():
+    """A GRPO run whose held-out format falls: without rookgrpo's guard the fix names it; with the guard logged, the
+    fix says the run already ends with its best score's weights, and which step's."""
+    reward = _curve("reward", [0.5 + 0.01 * math.sin(i) for i in range(1, 41)])
+    flat = _curve("frac_reward_zero_std", [0.2] * 40)
+    fmt = [0.92, 0.89, 0.83, 0.75, 0.60, 0.54, 0.55, 0.49, 0.49]
+    evals = [{"step": 5 * i, "heldout/format_rate": v} for i, v in enumerate(fmt)]
+    plain = _finding(_merge(reward, flat, evals), "heldout_drop")
+    assert plain.severity == "critical" and "Fix: add heldout_guard" in plain.message
+    guard = [{"step": 5 * i, "heldout_guard/score": v} for i, v in enumerate(fmt)]
+    end = [{"step": 40, "heldout_guard/best_step": 0, "heldout_guard/restored": 1}]
+    guarded = _finding(_merge(reward, flat, evals, guard, end), "heldout_drop")
+    assert guarded.severity == "critical" and "add heldout_guard" not in guarded.message
+    assert "already ends it with the weights of its best held-out score (step 0's)" in guarded.message
+
+
 def test_an_sft_log_gets_no_grpo_advice_and_overfitting_is_judged_from_the_best_evaluation():
     """An SFT log: loss and token accuracy, an eval loss that falls, bottoms out and rises (still below its first
     value, so a first-against-last rule misses it); a gradient spike gets generic advice."""

@@ -755,6 +755,9 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
     ``critical``."""
     out = []
     r_steps, reward = h.curve("reward")
+    # A run with rookgrpo's heldout_guard already ends with its best held-out score's weights: say so, not "add it".
+    guarded = bool(h.curve("heldout_guard/score")[0])
+    _, guard_best = h.curve("heldout_guard/best_step")
     for name in heldout_metrics(h):
         mode = "min" if any(w in name for w in LOWER_IS_BETTER) else "max"
         score = HeldoutScore({name: 1.0}, mode=mode)
@@ -803,11 +806,14 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
         if severity == "info":
             consequence = ": a real but small drift, worth watching, not a reason to stop."
         elif h.kind == "grpo":
+            guard = ("lower learning_rate, add sft_anchor on that task; the run's heldout_guard already ends it with "
+                     "the weights of its best held-out score" + (f" (step {int(guard_best[-1])}'s)" if guard_best else "")
+                     + ", which a fall from the start can leave at the start's."
+                     if guarded else "add heldout_guard (ends the run with the best evaluation's weights), lower "
+                     "learning_rate, add sft_anchor on that task.")
             consequence = (": the training is making the model worse on rows it does not train on. Likely cause: "
                            "updates that raise the training reward by damaging what the reward does not check (a "
-                           "learning rate too high; wrong answers' tokens pushed down as a whole). Fix: add "
-                           "heldout_guard (ends the run with the best evaluation's weights), lower learning_rate, add "
-                           "sft_anchor on that task.")
+                           "learning rate too high; wrong answers' tokens pushed down as a whole). Fix: " + guard)
         else:
             consequence = (": the model is fitting its training data at the expense of held-out data (overfitting). "
                            f"Fix: keep the checkpoint of step {score.best_step} (load_best_model_at_end with "
