@@ -257,6 +257,16 @@ def test_best_move_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     result = bench.main(["--from_result", str(partial)])
     assert result["table"].startswith("Unfinished grid") and "no arm meets the rule" in result["table"]
     assert f"| {bench.ARMS[4]} − {control} |" in result["table"]
+    # More seeds of some arms (the extension), tabled with the first grid as one; --arms keeps only those named.
+    start = {**base, **dict.fromkeys([k for k, _ in bench.grid.METRICS], 0.5), "engine_depth": 8}
+    partial.write_text(json.dumps({"start": start, "runs": arms}))
+    more = tmp_path / "more.json.partial"
+    more.write_text(json.dumps({"start": start, "runs": {control: [{**r, "seed": r["seed"] + 41} for r in arms[control]]}}))
+    joined = bench.main(["--from_result", str(partial), str(more), "--arms", control, bench.ARMS[4]])
+    assert f"| {control} | 10 |" in joined["table"] and f"| {bench.ARMS[4]} | 5 |" in joined["table"]
+    assert "sft-only-PA" not in joined["table"]
+    with pytest.raises(SystemExit):  # one seed of one arm twice
+        bench.main(["--from_result", str(partial), str(partial)])
     # Panel sizing from per-position outcomes, paired against the start: 4 of 100 positions gained the best move, 2
     # lost it (mean +0.02); a panel needs (2 sd(d) / 0.02)^2 positions for that to stand 2 standard errors out.
     start, after = [0] * 100, [1] * 4 + [0] * 96
