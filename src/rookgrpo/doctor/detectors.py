@@ -808,7 +808,7 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
         elif h.kind == "grpo":
             guard = ("lower learning_rate, add sft_anchor on that task; the run's heldout_guard already ends it with "
                      "the weights of its best held-out score" + (f" (step {int(guard_best[-1])}'s)" if guard_best else "")
-                     + ", which a fall from the start can leave at the start's."
+                     + "."
                      if guarded else "add heldout_guard (ends the run with the best evaluation's weights), lower "
                      "learning_rate, add sft_anchor on that task.")
             consequence = (": the training is making the model worse on rows it does not train on. Likely cause: "
