@@ -806,11 +806,13 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
         if severity == "info":
             consequence = ": a real but small drift, worth watching, not a reason to stop."
         elif h.kind == "grpo":
-            guard = ("lower learning_rate, add sft_anchor on that task; the run's heldout_guard already ends it with "
-                     "the weights of its best held-out score" + (f" (step {int(guard_best[-1])}'s)" if guard_best else "")
-                     + "."
-                     if guarded else "add heldout_guard (ends the run with the best evaluation's weights), lower "
-                     "learning_rate, add sft_anchor on that task.")
+            if guarded:
+                kept = f" (step {int(guard_best[-1])}'s)" if guard_best else ""
+                guard = ("lower learning_rate, add sft_anchor on that task; the run's heldout_guard already ends it "
+                         f"with the weights of its best held-out score{kept}.")
+            else:
+                guard = ("add heldout_guard (ends the run with the best evaluation's weights), lower learning_rate, "
+                         "add sft_anchor on that task.")
             consequence = (": the training is making the model worse on rows it does not train on. Likely cause: "
                            "updates that raise the training reward by damaging what the reward does not check (a "
                            "learning rate too high; wrong answers' tokens pushed down as a whole). Fix: " + guard)
