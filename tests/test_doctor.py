@@ -415,12 +415,28 @@ def test_a_guarded_grpo_run_is_not_told_to_add_the_guard():
     fmt = [0.92, 0.89, 0.83, 0.75, 0.60, 0.54, 0.55, 0.49, 0.49]
     evals = [{"step": 5 * i, "heldout/format_rate": v} for i, v in enumerate(fmt)]
     plain = _finding(_merge(reward, flat, evals), "heldout_drop")
-    assert plain.severity == "critical" and "Fix: add heldout_guard" in plain.message
+    assert plain.severity == "critical" and "add heldout_guard (ends the run" in plain.message
     guard = [{"step": 5 * i, "heldout_guard/score": v} for i, v in enumerate(fmt)]
     end = [{"step": 40, "heldout_guard/best_step": 0, "heldout_guard/restored": 1}]
     guarded = _finding(_merge(reward, flat, evals, guard, end), "heldout_drop")
     assert guarded.severity == "critical" and "add heldout_guard" not in guarded.message
     assert "already ends it with the weights of its best held-out score (step 0's)" in guarded.message
+
+
+@pytest.mark.parametrize("kind, reward", [
+    ("reward_decline", [0.8 - 0.015 * max(i - 10, 0) + 0.01 * (-1) ** i for i in range(40)]),
+    ("reward_peak_fall", [0.2 + 0.5 * math.sin(math.pi * min(i, 18) / 18) + 0.02 * (-1) ** i for i in range(40)]),
+])
+def test_the_training_reward_findings_say_what_a_guarded_run_already_does(kind, reward):
+    """The training reward's fall names heldout_guard as a fix only where the run does not log one; a guarded run is
+    told which step's weights its guard ends with."""
+    base = _merge(_curve("reward", reward), _curve("reward_std", [0.2] * 40))
+    plain = _finding(base, kind)
+    assert plain is not None and "add heldout_guard (ends the run" in plain.message
+    guard = [{"step": 10 * i, "heldout_guard/score": 0.9 - 0.01 * i} for i in range(1, 4)]
+    guarded = _finding(_merge(base, guard, [{"step": 40, "heldout_guard/best_step": 10}]), kind)
+    assert guarded is not None and "add heldout_guard" not in guarded.message
+    assert "heldout_guard already ends it with the weights of its best held-out score (step 10's)" in guarded.message
 
 
 def test_an_sft_log_gets_no_grpo_advice_and_overfitting_is_judged_from_the_best_evaluation():

@@ -378,6 +378,16 @@ def detect_length(h: History, t: Thresholds) -> list[Finding]:
     return out
 
 
+def _guard_clause(h: History) -> str:
+    """The fix's clause about rookgrpo's ``heldout_guard``: a run that logs it already ends with its best held-out
+    score's weights (say which step's), so it is not told to add one."""
+    if not h.curve("heldout_guard/score")[0]:
+        return "add heldout_guard (ends the run with the best evaluation's weights)"
+    _, best = h.curve("heldout_guard/best_step")
+    kept = f" (step {int(best[-1])}'s)" if best else ""
+    return f"the run's heldout_guard already ends it with the weights of its best held-out score{kept}"
+
+
 # ---- rewards ----------------------------------------------------------------------------------------------------
 
 @detector("reward", "reward_std")
@@ -402,7 +412,7 @@ def detect_reward_trend(h: History, t: Thresholds) -> list[Finding]:
             message=f"the training reward fell from {_fmt(best)} (its best 5-log mean) to {_fmt(end)} over the second "
                     f"half of the run (Mann-Kendall z {z2:.1f}): the policy is degrading on its own training task. "
                     "Likely cause: a learning rate too high, an entropy or length collapse (see those findings). "
-                    "Fix: lower learning_rate, restart from the best checkpoint, add heldout_guard.")]
+                    "Fix: lower learning_rate, restart from the best checkpoint; " + _guard_clause(h) + ".")]
     # Rose and fell back: no net trend (so not a decline of the second half), but not flat either.
     start, peak_at = statistics.fmean(r[:5]), smooth.index(best)
     gain = best - start
@@ -414,8 +424,8 @@ def detect_reward_trend(h: History, t: Thresholds) -> list[Finding]:
                     f"{steps[peak_at]}) and fell back to {_fmt(end)} by the end, losing {(best - end) / gain:.0%} of "
                     "its gain: the run learned and then unlearned. Likely cause: a learning rate that is too high "
                     "once the easy gain is made (no decay), an entropy or KL change after the peak (see those "
-                    "findings). Fix: restart from the checkpoint nearest the peak, decay the learning rate (cosine), "
-                    "add heldout_guard.")]
+                    "findings). Fix: restart from the checkpoint nearest the peak, decay the learning rate (cosine); "
+                    + _guard_clause(h) + ".")]
     if p > 0.05 and abs(moved) < 0.5 * spread:
         return [Finding(
             "reward_plateau", "training reward flat", steps[0], steps[-1], subject="reward",
@@ -755,9 +765,6 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
     ``critical``."""
     out = []
     r_steps, reward = h.curve("reward")
-    # A run with rookgrpo's heldout_guard already ends with its best held-out score's weights: say so, not "add it".
-    guarded = bool(h.curve("heldout_guard/score")[0])
-    _, guard_best = h.curve("heldout_guard/best_step")
     for name in heldout_metrics(h):
         mode = "min" if any(w in name for w in LOWER_IS_BETTER) else "max"
         score = HeldoutScore({name: 1.0}, mode=mode)
@@ -806,13 +813,7 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
         if severity == "info":
             consequence = ": a real but small drift, worth watching, not a reason to stop."
         elif h.kind == "grpo":
-            if guarded:
-                kept = f" (step {int(guard_best[-1])}'s)" if guard_best else ""
-                guard = ("lower learning_rate, add sft_anchor on that task; the run's heldout_guard already ends it "
-                         f"with the weights of its best held-out score{kept}.")
-            else:
-                guard = ("add heldout_guard (ends the run with the best evaluation's weights), lower learning_rate, "
-                         "add sft_anchor on that task.")
+            guard = "lower learning_rate, add sft_anchor on that task; " + _guard_clause(h) + "."
             consequence = (": the training is making the model worse on rows it does not train on. Likely cause: "
                            "updates that raise the training reward by damaging what the reward does not check (a "
                            "learning rate too high; wrong answers' tokens pushed down as a whole). Fix: " + guard)
