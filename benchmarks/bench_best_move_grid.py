@@ -121,7 +121,34 @@ def panel_size(base: dict, rs: list[dict], key: str = "best_move_accuracy", pane
             "flipped": sum(d != 0 for d in flat) / len(flat)}
 
 
-def report(base: dict, runs: dict, partial: str | None = None) -> dict:
+def seed_text(seeds) -> str:
+    """Seeds as runs of consecutive numbers.
+
+    >>> seed_text([5, 1, 2, 3, 4, 42, 43, 44, 45, 46, 50])
+    '1-5, 42-46, 50'
+    """
+    spans: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if spans and s == spans[-1][1] + 1:
+            spans[-1][1] = s
+        else:
+            spans.append([s, s])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
+
+
+def command_text(argv: list[str]) -> str:
+    """The command as a user types it from the repository's root (paths under it made relative)."""
+    root = Path(__file__).resolve().parents[1]
+
+    def rel(a: str) -> str:
+        p = Path(a)
+        return str(p.resolve().relative_to(root)) if p.is_absolute() and p.resolve().is_relative_to(root) else a
+
+    return " ".join(["python benchmarks/bench_best_move_grid.py", *map(rel, argv)])
+
+
+def report(base: dict, runs: dict, partial: str | None = None,
+           command: str = "python benchmarks/bench_best_move_grid.py --out benchmarks/results/best_move_grid.json") -> dict:
     decision = decide(base, runs)
     rules = decision["rules"]
     lines = []
@@ -162,17 +189,18 @@ def report(base: dict, runs: dict, partial: str | None = None) -> dict:
             if z:
                 lines.append(f"| {arm} | {z['mean']:+.3f} | {z['flipped']:.2f} | {z['se_at_panel']:.3f} | "
                              f"{z['positions_needed'] if z['positions_needed'] else 'no gain to resolve'} |")
-    return {"title": "Best-move grid: changes to the recipe as shipped before it (tiny-rookworld, 200 steps, seeds 1-5)",
+    seeds = seed_text(r["seed"] for rs in runs.values() for r in rs)
+    return {"title": f"Best-move grid: changes to the recipe as shipped before it (tiny-rookworld, 200 steps, seeds {seeds})",
             "description": f"Arms: " + "; ".join(f"`{a}`: {grid.arm_text(a)}" for a in runs) + ". Greedy evaluation on "
                            f"the {base['n_policy']} P: and {base['n_env']} A: reported held-out positions ({DATA}), "
                            f"Stockfish depth {DEPTH}. Plan and rule: docs/experiments/2026-11-27-best-move-grid-plan.md.",
-            "table": "\n".join(lines), "command": "python benchmarks/bench_best_move_grid.py --out "
-            "benchmarks/results/best_move_grid.json", "start": base, "runs": runs, "paired": pairs,
+            "table": "\n".join(lines), "command": command, "start": base, "runs": runs, "paired": pairs,
             "decision": decision, "panel_size": sizes,
             "run_commits": sorted({r["measured"]["commit"] for rs in runs.values() for r in rs if "measured" in r})}
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--from_result", nargs="+", default=None, metavar="JSON",
@@ -192,7 +220,7 @@ def main(argv=None):
             if len({r["seed"] for r in rs}) < len(rs):
                 ap.error(f"--from_result: arm {arm} has a seed twice across {', '.join(args.from_result)}")
         unfinished = ", ".join(f for f, s in zip(args.from_result, saved) if "command" not in s) or None
-        result = report(saved[0]["start"], {a: rs for a, rs in runs.items() if rs}, unfinished)
+        result = report(saved[0]["start"], {a: rs for a, rs in runs.items() if rs}, unfinished, command_text(argv))
         result["measured"] = saved[0].get("measured", STARTED_AT)
         return finish(result, args.out)
     from rookgrpo.chess.engine import EngineSettings
@@ -224,7 +252,7 @@ def main(argv=None):
                 print(f"seed {seed} {arm}: " + ", ".join(f"{label} {m[k]:.3f}" for k, label in METRICS), flush=True)
                 if partial is not None:
                     partial.write_text(json.dumps({"start": base, "runs": runs}, indent=1))
-    return finish(report(base, runs), args.out)
+    return finish(report(base, {a: runs[a] for a in ARMS if runs[a]}, command=command_text(argv)), args.out)
 
 
 if __name__ == "__main__":

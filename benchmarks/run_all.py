@@ -22,6 +22,7 @@ if str(HERE) not in sys.path:
 
 from common import provenance  # noqa: E402
 
+BEST_MOVE_FINALISTS = ["lr1e-5-cosine+anchor-0.1", "lr2e-6-cosine+anchor-0.1", "lr1e-5-cosine+anchor-0.1+p-temp-1.0"]
 # (result name, script, arguments), in report order. Each script exposes main(argv) -> {"title", "table", ...}.
 BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("chess_rewards_model_like", "bench_chess_rewards", ["--mix", "model-like"]),
@@ -50,6 +51,13 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     # The best-move grid of docs/experiments/2026-11-27-best-move-grid-plan.md: 8 changes to the recipe as shipped
     # before it (the control among them), 5 seeds each at make train's budget; its pick ships (about 5.5 hours).
     ("best_move_grid", "bench_best_move_grid", []),
+    # Its extension (the plan's "Extension"): seeds 42-46 for the three arms that could ship, then those arms' 10 seeds
+    # tabled as one, which decides what the recipe ships.
+    ("best_move_grid_more_seeds", "bench_best_move_grid",
+     ["--arms", *BEST_MOVE_FINALISTS, "--seeds", "42", "43", "44", "45", "46"]),
+    ("best_move_grid_10_seeds", "bench_best_move_grid",
+     ["--from_result", str(RESULTS / "best_move_grid.json"), str(RESULTS / "best_move_grid_more_seeds.json"),
+      "--arms", *BEST_MOVE_FINALISTS]),
     # The earlier, 100-step comparison: vanilla TRL as it scores, with the one correction rookgrpo turns on by
     # default, the recipe of the time without its per-task sampling, and that recipe (all four arms).
     ("tiny_grpo_quality", "bench_tiny_grpo", []),
@@ -93,8 +101,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
 # an appendix, so that each benchmark reads as one current table.
 APPENDIX = {"selection_env_exact_passrate", "selection_more_seeds", "selection_long", "selection_long_resampling",
             "selection_long_more_seeds", "selection_target", "selection_target_more_seeds",
-            "selection_env_exact_target", "code_exec_change", "code_exec_fail_closed", "doctor_cost_recipe",
-            "tiny_grpo_quality"}
+            "selection_env_exact_target", "best_move_grid_more_seeds", "code_exec_change", "code_exec_fail_closed",
+            "doctor_cost_recipe", "tiny_grpo_quality"}
 
 
 def _load(name: str):

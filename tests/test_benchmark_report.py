@@ -265,6 +265,9 @@ def test_best_move_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     joined = bench.main(["--from_result", str(partial), str(more), "--arms", control, bench.ARMS[4]])
     assert f"| {control} | 10 |" in joined["table"] and f"| {bench.ARMS[4]} | 5 |" in joined["table"]
     assert "sft-only-PA" not in joined["table"]
+    assert joined["title"].endswith("seeds 1-5, 42-46)")  # the seeds it tables, and the command that tabled them
+    assert joined["command"] == (f"python benchmarks/bench_best_move_grid.py --from_result {partial} {more} "
+                                 f"--arms {control} {bench.ARMS[4]}")
     with pytest.raises(SystemExit):  # one seed of one arm twice
         bench.main(["--from_result", str(partial), str(partial)])
     # Panel sizing from per-position outcomes, paired against the start: 4 of 100 positions gained the best move, 2
