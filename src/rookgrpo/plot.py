@@ -17,8 +17,9 @@ from .errors import ConfigError
 # (panel title, metric keys or key prefix) in display order; panels with no logged data are skipped.
 PANELS = [
     ("reward", ["reward"], "rewards/"),
-    ("held-out chess (chess_eval, greedy)", ["heldout/best_move_accuracy", "heldout/top5_accuracy",
-                                             "heldout/legal_move_rate", "heldout/env_exact_accuracy",
+    ("held-out chess (chess_eval, greedy)", ["heldout/best_move_accuracy", "heldout/format_rate",
+                                             "heldout/top5_accuracy", "heldout/legal_move_rate",
+                                             "heldout/env_exact_accuracy",
                                              "heldout/move_rank_reward", "heldout/top_move_share",
                                              "heldout/env_broken_rate"], None),
     ("held-out reference NLL (nats/token)", ["heldout/nll_P", "heldout/nll_A"], None),
@@ -60,11 +61,13 @@ def pyplot(what: str):
     return plt
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Write the curves of ``run_dir`` to ``out`` (default ``RUN_DIR/training_curves.png``) and return its path."""
-    plt = pyplot("rookgrpo plot")
+def panel_series(history: list[dict]) -> list[tuple[str, list[str]]]:
+    """The panels a run's curves get: (title, the logged keys drawn in it), in :data:`PANELS` order, those with no
+    logged data left out.
 
-    history = load_log_history(run_dir)
+    >>> panel_series([{"step": 0, "heldout/format_rate": 0.9}, {"step": 5, "reward": 1.0, "rewards/fmt/mean": 0.5}])
+    [('reward', ['reward', 'rewards/fmt/mean']), ('held-out chess (chess_eval, greedy)', ['heldout/format_rate'])]
+    """
     panels = []
     for title, keys, prefix in PANELS:
         names = [k for k in keys if series(history, k)[0]]
@@ -72,6 +75,15 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
             names += sorted({k for h in history for k in h if k.startswith(prefix) and k.endswith("/mean")})
         if names:
             panels.append((title, names))
+    return panels
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Write the curves of ``run_dir`` to ``out`` (default ``RUN_DIR/training_curves.png``) and return its path."""
+    plt = pyplot("rookgrpo plot")
+
+    history = load_log_history(run_dir)
+    panels = panel_series(history)
     if not panels:
         raise ConfigError(f"plot: the log history in {run_dir} has no reward, KL or beta entries to plot.")
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels)), sharex=True, squeeze=False)
