@@ -147,8 +147,8 @@ def command_text(argv: list[str]) -> str:
     return " ".join(["python benchmarks/bench_best_move_grid.py", *map(rel, argv)])
 
 
-def report(base: dict, runs: dict, partial: str | None = None,
-           command: str = "python benchmarks/bench_best_move_grid.py --out benchmarks/results/best_move_grid.json") -> dict:
+def report(base: dict, runs: dict, partial: str | None = None, command: str | None = None) -> dict:
+    """The tables, decision and panel sizing of ``runs``; ``command``: the one that made them (:func:`command_text`)."""
     decision = decide(base, runs)
     rules = decision["rules"]
     lines = []
@@ -190,7 +190,8 @@ def report(base: dict, runs: dict, partial: str | None = None,
                 lines.append(f"| {arm} | {z['mean']:+.3f} | {z['flipped']:.2f} | {z['se_at_panel']:.3f} | "
                              f"{z['positions_needed'] if z['positions_needed'] else 'no gain to resolve'} |")
     seeds = seed_text(r["seed"] for rs in runs.values() for r in rs)
-    return {"title": f"Best-move grid: changes to the recipe as shipped before it (tiny-rookworld, 200 steps, seeds {seeds})",
+    return {"title": "Best-move grid: changes to the recipe as shipped before it "
+                     f"(tiny-rookworld, 200 steps, seeds {seeds})",
             "description": f"Arms: " + "; ".join(f"`{a}`: {grid.arm_text(a)}" for a in runs) + ". Greedy evaluation on "
                            f"the {base['n_policy']} P: and {base['n_env']} A: reported held-out positions ({DATA}), "
                            f"Stockfish depth {DEPTH}. Plan and rule: docs/experiments/2026-11-27-best-move-grid-plan.md.",
