@@ -2,13 +2,26 @@
 
 One command for anyone with a GPU (``--tiny``: a 2-layer model, 16-token completions, for a CPU dry run and the test):
 
-    python benchmarks/bench_gpu_check.py [--steps 20] [--bisect-steps 4] [--arms ...] [--tiny] [--work DIR] [--out FILE]
+    python benchmarks/bench_gpu_check.py [--steps 20] [--bisect-steps 4] [--arms ...] [--force-width W] [--tiny]
+                                         [--work DIR] [--out FILE]
+
+The check for the cuDNN attention fault (pytorch/pytorch#196678: NaN gradients for left-padded batches whose width is
+64 mod 128 on H100/H200; docs/howto.md), in one command on a GPU machine::
+
+    python benchmarks/bench_gpu_check.py --arms probe vanilla bare bare/unguarded recipe recipe+lora \
+        --force-width 192 --work runs/gpu-check
 
 It builds GPT-2 124M with random weights and a GPT-2-pretokenized BPE (``rookgrpo.models.shapes``), writes the packaged
 RookWorld lines in the hub layout, and runs each arm in a process of its own (a crash or NaN in one leaves the others;
 each arm's CUDA peak is its own), a few optimizer steps each:
 
+- ``probe`` (first, no training): the SDPA kernel alone at widths 191/192/193/320 with left-pad (fully masked) query
+  rows, bf16 on CUDA: which backend's backward runs, and whether the query gradient goes NaN with the default backends,
+  with cuDNN excluded, and with no row fully masked (``rookgrpo.dynamics.attention``);
 - ``vanilla``: TRL's ``GRPOTrainer`` with the recipe's TRL fields, rewards and data;
+- ``bare/unguarded``: ``bare`` with rookgrpo's numerical guards off (``no_fully_masked_rows: false``,
+  ``allow_cudnn_attention: true``, ``skip_nonfinite_updates: false``): what vanilla TRL meets;
+- ``recipe+lora``: the recipe with LoRA (r 16 on GPT-2's attention and MLP projections);
 - ``recipe``: ``recipes/rookworld.yaml`` as shipped (``zero_std_resampling`` left out, as in
   ``bench_shapes.py``: random weights make every group flat, so it would always run its maximum rounds);
 - ``recipe+heldout``: the recipe with ``sft_anchor`` (A: lines disjoint from the panel), ``chess_eval`` every 4 steps
@@ -19,8 +32,12 @@ each arm's CUDA peak is its own), a few optimizer steps each:
   kernels out of the picture) and in float32 (``/fp32``: bf16 autocast out of it); on request (``--arms``), the recipe
   less one component each (``recipe-task_sampling``, ``recipe-prompt_selection``, ...), for effects of two together.
 
-Per arm: every step's loss, ``grad_norm`` (and the doctor's ``grad/kl_norm``, ``grad/policy_norm`` where logged)
-checked finite, the first step that is not, whether the weights are finite after the run; median step time; seconds
+Batches hold several prompts (the recipe's 32 completions per device are 4 prompts of 8), so prompts are left-padded;
+``--force-width W`` left-pads every log-prob forward (policy, reference, old policy) to width ``W`` (or ``W`` plus a
+multiple of 128 where the batch is wider), which keeps each completion's logits and positions and puts every step at
+the fault's width. Per arm: the batch widths its losses saw, every step's loss, ``grad_norm`` (and the doctor's
+``grad/kl_norm``, ``grad/policy_norm`` where logged) checked finite, the first step that is not, the updates
+rookgrpo skipped, whether the weights are finite after the run; median step time; seconds
 and peak memory per phase (generation with its rewards and reference pass, the loss's forward and backward, the
 optimizer step), metered the same way for every arm around TRL's own methods (CUDA: peaks reset per phase; CPU: peak
 resident set), with the rewards' share of the generate phase in seconds; the device, dtype and attention kernel.
@@ -47,13 +64,20 @@ RECIPE = REPO / "recipes" / "rookworld.yaml"
 ASSETS = REPO / "src" / "rookgrpo" / "assets" / "tiny-rookworld"
 PANEL = 48  # held-out panel rows (the first of the packaged evaluation positions)
 
-MAIN_ARMS = ("vanilla", "recipe", "recipe+heldout")
-BISECT_ARMS = ("bare", "bare-positions", "+task_sampling", "+diagnostics", "+doctor", "+prompt_selection",
+MAIN_ARMS = ("vanilla", "recipe", "recipe+heldout", "recipe+lora")
+BISECT_ARMS = ("bare", "bare/unguarded", "bare-positions", "+task_sampling", "+diagnostics", "+doctor", "+prompt_selection",
                "+adaptive_beta", "+sft_anchor", "+heldout", "recipe+heldout/eager", "recipe+heldout/fp32")
 # The recipe less one component (for effects that need two components together).
 LEAVE_ONE_OUT = ("recipe-task_sampling", "recipe-diagnostics", "recipe-doctor", "recipe-prompt_selection",
                  "recipe-adaptive_beta")
-ARMS = MAIN_ARMS + BISECT_ARMS + LEAVE_ONE_OUT
+ARMS = ("probe",) + MAIN_ARMS + BISECT_ARMS + LEAVE_ONE_OUT
+#: The arms of the cuDNN check (the issue's table): the kernel probe, vanilla TRL, rookgrpo bare with and without its
+#: guards, the recipe, the recipe with LoRA.
+FAULT_ARMS = ("probe", "vanilla", "bare", "bare/unguarded", "recipe", "recipe+lora")
+#: Options of rookgrpo's numerical guards, off (``/unguarded``).
+UNGUARDED = ["--no_fully_masked_rows", "false", "--allow_cudnn_attention", "true", "--skip_nonfinite_updates", "false"]
+LORA = ["--use_peft", "true", "--lora_r", "16", "--lora_alpha", "32", "--lora_dropout", "0.0",
+        "--lora_target_modules", "c_attn", "c_proj", "c_fc"]
 
 
 def _name(entry) -> str:
@@ -74,9 +98,13 @@ def arm_recipe(arm: str, data: Path) -> tuple[dict, list[str]]:
     recipe = yaml.safe_load(RECIPE.read_text())
     shipped = [c for c in recipe["callbacks"] if _name(c) != "zero_std_resampling"]
     base, _, variant = arm.partition("/")
-    extra = {"eager": ["--attn_implementation", "eager"], "fp32": ["--bf16", "false"], "": []}[variant]
+    extra = {"eager": ["--attn_implementation", "eager"], "fp32": ["--bf16", "false"], "unguarded": list(UNGUARDED),
+             "": []}[variant]
     if base in ("vanilla", "recipe"):
         recipe["callbacks"] = shipped
+    elif base == "recipe+lora":
+        recipe["callbacks"] = shipped
+        extra += LORA
     elif base.startswith("recipe-"):  # the recipe less one component
         part = base[len("recipe-"):]
         recipe["callbacks"] = [c for c in shipped if _name(c) != part]
@@ -123,6 +151,81 @@ def prepare(work: Path, tiny: bool) -> dict:
     sizes = dict(n_layer=2, n_head=2, n_embd=64) if tiny else {}
     model = build_rookworld_lm_shape(work / "model", train + panel + anchor, **sizes)
     return {"data": str(data), "hub": str(hub), "model": str(model)}
+
+
+def kernel_probe(widths=(191, 192, 193, 320)) -> list[dict]:
+    """The SDPA kernel alone, as GPT-2's training attention calls it (explicit boolean mask, 12 heads of 64, left-pad
+    rows fully masked, the loss reading real rows only): per width and case, the backward that ran and whether the
+    output or the query/key gradient has a NaN. Cases: ``default`` (torch's backend choice), ``no_cudnn``
+    (rookgrpo's backend guard), ``no_fully_masked_rows`` (rookgrpo's mask guard, default backends). bf16 on CUDA,
+    float32 elsewhere (a dry run: CPU kernels have no such fault)."""
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+
+    from rookgrpo.dynamics.attention import no_fully_masked_rows, sdpa_backend_guard
+
+    cuda = torch.cuda.is_available()
+    device, dtype = ("cuda", torch.bfloat16) if cuda else ("cpu", torch.float32)
+    batch, heads, dim, pads = 8, 12, 64, [0, 5, 12, 20, 0, 5, 12, 20]
+    rows = []
+    for width in widths:
+        for case in ("default", "no_cudnn", "no_fully_masked_rows"):
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(batch, heads, width, dim, device=device, dtype=dtype, requires_grad=True)
+                       for _ in range(3))
+            keep = torch.ones(batch, width, dtype=torch.bool, device=device)
+            for b, n in enumerate(pads):
+                keep[b, :n] = False
+            mask = torch.ones(width, width, dtype=torch.bool, device=device).tril()[None, None] & keep[:, None, None, :]
+            if case == "no_fully_masked_rows":
+                mask = no_fully_masked_rows(mask)
+            ctx = sdpa_backend_guard(torch.device(device)) if case == "no_cudnn" else contextlib.nullcontext()
+            with ctx:
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                (out * keep[:, None, :, None]).float().sum().backward()
+            rows.append({"width": width, "case": case, "backward": out.grad_fn.name() if out.grad_fn else None,
+                         "out_nan": bool(out.isnan().any()), "dq_nan": bool(q.grad.isnan().any()),
+                         "dk_nan": bool(k.grad.isnan().any())})
+    return rows
+
+
+def probe_table(rows: list[dict]) -> str:
+    lines = ["| width | width mod 128 | case | backward kernel | NaN in output | NaN in dQ | NaN in dK |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['width']} | {r['width'] % 128} | {r['case']} | {r['backward']} | "
+                     f"{'**yes**' if r['out_nan'] else 'no'} | {'**yes**' if r['dq_nan'] else 'no'} | "
+                     f"{'**yes**' if r['dk_nan'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def force_width(trainer, width: int, widths: list) -> None:
+    """Left-pad every log-prob forward (TRL's ``_get_per_token_logps_and_entropies``: policy, reference, old policy)
+    to ``width``, or to ``width`` plus the least multiple of 128 that fits the batch; the completion's logits are the
+    last ones either way (``logits_to_keep``), and a padded row's positions come from its mask. The widths of the
+    forwards with gradients (the losses') are appended to ``widths``, with whether the batch itself was left-padded;
+    with ``width`` 0, only that."""
+    import torch
+
+    inner = trainer._get_per_token_logps_and_entropies
+    pad_id = trainer.processing_class.pad_token_id
+    pad_id = trainer.processing_class.eos_token_id if pad_id is None else pad_id
+
+    def padded(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        n = input_ids.shape[1]
+        left_padded = bool((attention_mask[:, 0] == 0).any())
+        target = n if not width else width + 128 * max(0, -(-(n - width) // 128))
+        if target > n:
+            rows = input_ids.shape[0]
+            input_ids = torch.cat([input_ids.new_full((rows, target - n), pad_id), input_ids], dim=1)
+            attention_mask = torch.cat([attention_mask.new_zeros((rows, target - n)), attention_mask], dim=1)
+        if torch.is_grad_enabled():
+            widths.append((int(target), left_padded))
+        return inner(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+
+    trainer._get_per_token_logps_and_entropies = padded
 
 
 class Meter:
@@ -189,7 +292,7 @@ def _finite(value) -> bool:
     return value is None or (isinstance(value, (int, float)) and math.isfinite(value))
 
 
-def run_arm(arm: str, paths: dict, steps: int, tiny: bool, overrides: list[str] = ()) -> dict:
+def run_arm(arm: str, paths: dict, steps: int, tiny: bool, overrides: list[str] = (), width: int = 0) -> dict:
     """One arm in this process (see the module docstring); returns its result row."""
     import torch
     import yaml
@@ -209,7 +312,7 @@ def run_arm(arm: str, paths: dict, steps: int, tiny: bool, overrides: list[str] 
     if not cuda:
         argv += ["--use_cpu", "true"]
     if tiny:
-        argv += ["--per_device_train_batch_size", "8", "--max_completion_length", "16", "--bf16", "false"]
+        argv += ["--per_device_train_batch_size", "16", "--max_completion_length", "16", "--bf16", "false"]
     argv += overrides
     trainer, _, model_path = build_trainer(argv + extra)
     if arm == "vanilla":
@@ -220,6 +323,8 @@ def run_arm(arm: str, paths: dict, steps: int, tiny: bool, overrides: list[str] 
         del trainer  # model_init_kwargs (dtype, attention) came along in the fields
         trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=GRPOConfig(**fields), train_dataset=data)
     meter = Meter(trainer)
+    widths: list[int] = []
+    force_width(trainer, width, widths)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     started = time.perf_counter()
@@ -231,6 +336,8 @@ def run_arm(arm: str, paths: dict, steps: int, tiny: bool, overrides: list[str] 
     seconds = time.perf_counter() - started
     logs = [h for h in trainer.state.log_history if "loss" in h or "grad_norm" in h]
     keys = ("loss", "grad_norm", "grad/kl_norm", "grad/policy_norm")
+    skipped = max((h.get("skipped_updates", 0) for h in logs), default=None) if any(
+        "skipped_updates" in h for h in logs) else None
     bad = [h.get("step") for h in logs if not all(_finite(h.get(k)) for k in keys)]
     model = trainer.model
     weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
@@ -239,6 +346,8 @@ def run_arm(arm: str, paths: dict, steps: int, tiny: bool, overrides: list[str] 
     return {
         "arm": arm, "steps": len(logs), "error": error, "seconds": seconds,
         "finite_steps": sum(all(_finite(h.get(k)) for k in keys) for h in logs),
+        "widths": sorted({w for w, _ in widths}), "left_padded_losses": sum(p for _, p in widths),
+        "losses": len(widths), "skipped_updates": skipped,
         "first_nonfinite_step": bad[0] if bad else None,
         "weights_finite": weights_finite,
         "loss": [h.get("loss") for h in logs], "grad_norm": [h.get("grad_norm") for h in logs],
@@ -258,32 +367,44 @@ def _cell(value, fmt: str) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| arm | finite steps | first non-finite | weights finite | grad_norm (step 1) | attention, bf16 | "
+    """The arms' table, and before it the kernel probe's where it ran."""
+    probes = [r for r in rows if r.get("arm") == "probe"]
+    rows = [r for r in rows if r.get("arm") != "probe"]
+    head = "".join(probe_table(r["probe"]) + "\n\n" if r.get("probe") else f"probe: {r.get('error')}\n\n"
+                   for r in probes)
+    lines = ["| arm | finite steps | first non-finite | updates skipped | weights finite | grad_norm (step 1) | "
+             "loss widths (left-padded losses) | attention, bf16 | "
              "median step (s) | generate (of it rewards) / loss / optimizer (s) | "
              "peak generate / loss / optimizer (MiB) | "
              "run peak (MiB) | error |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         p = r["phases"]
         first = r["grad_norm"][0] if r["grad_norm"] else None
+        widths = ", ".join(map(str, r.get("widths") or [])) or "-"
+        padded = f" ({r['left_padded_losses']}/{r['losses']})" if r.get("losses") else ""
         lines.append(
             f"| {r['arm']} | {r['finite_steps']}/{r['steps']} | {_cell(r['first_nonfinite_step'], '')} | "
-            f"{'yes' if r['weights_finite'] else '**no**'} | {_cell(first, '.3g')} | "
+            f"{_cell(r.get('skipped_updates'), '')} | "
+            f"{'yes' if r['weights_finite'] else '**no**'} | {_cell(first, '.3g')} | {widths}{padded} | "
             f"{r.get('attention') or '-'}, {'yes' if r.get('bf16') else 'no'} | {_cell(r['step_s'], '.2f')} | "
             + f"{_cell(p['generate']['seconds'], '.2f')} ({_cell(p['generate'].get('rewards_seconds'), '.2f')}) / "
             + " / ".join(_cell(p[k]["seconds"], ".2f") for k in Meter.PHASES[1:]) + " | "
             + " / ".join(_cell(p[k]["peak_mib"], ".0f") for k in Meter.PHASES)
             + f" | {_cell(r['run_peak_mib'], '.0f')} | {r['error'] or ''} |")
-    return "\n".join(lines)
+    return head + "\n".join(lines)
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arms", nargs="+", default=list(MAIN_ARMS + BISECT_ARMS), choices=ARMS, metavar="ARM",
-                    help=f"default: the main and bisection arms; all: {', '.join(ARMS)}")
+    ap.add_argument("--arms", nargs="+", default=list(FAULT_ARMS), choices=ARMS, metavar="ARM",
+                    help=f"default: the cuDNN fault's check ({', '.join(FAULT_ARMS)}); all: {', '.join(ARMS)}")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps of the main arms (vanilla, recipe, ...)")
     ap.add_argument("--bisect-steps", type=int, default=4, help="optimizer steps of each bisection arm")
-    ap.add_argument("--tiny", action="store_true", help="a 2-layer model and 16-token completions (CPU dry run)")
+    ap.add_argument("--tiny", action="store_true", help="a 2-layer model, 16-token completions, batch 16 (CPU dry run)")
+    ap.add_argument("--force-width", type=int, default=0, metavar="W",
+                    help="left-pad every log-prob forward to width W (e.g. 192, where cuDNN's SDPA backward fails on "
+                         "H100/H200); 0: the batches' own widths")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per arm before it is stopped")
     ap.add_argument("--batch", type=int, default=None,
                     help="per-device completions per step (default: the recipe's 32; e.g. 8 at the full shape on CPU)")
@@ -294,11 +415,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="rookgrpo-gpu-check-"))
+    if args.run_arm == "probe":
+        row = {"arm": "probe", "probe": kernel_probe()}
+        Path(args.result).write_text(json.dumps(row))
+        return row
     if args.run_arm:
         paths = json.loads((work / "paths.json").read_text())
         steps = args.steps if args.run_arm in MAIN_ARMS else args.bisect_steps
         overrides = ["--per_device_train_batch_size", str(args.batch)] if args.batch else []
-        row = run_arm(args.run_arm, paths, steps, args.tiny, overrides)
+        row = run_arm(args.run_arm, paths, steps, args.tiny, overrides, width=args.force_width)
         Path(args.result).write_text(json.dumps(row))
         return row
     out = work
@@ -311,6 +436,7 @@ def main(argv=None) -> dict:
         result = work / f"result-{len(rows)}.json"
         cmd = [sys.executable, __file__, "--run-arm", arm, "--work", str(work), "--result", str(result),
                "--steps", str(args.steps), "--bisect-steps", str(args.bisect_steps), *(["--tiny"] if args.tiny else []),
+               *(["--force-width", str(args.force_width)] if args.force_width else []),
                *(["--batch", str(args.batch)] if args.batch else [])]
         print(f"== {arm}", flush=True)
         try:
@@ -327,22 +453,26 @@ def main(argv=None) -> dict:
         rows.append(row)
         with open(out / "results.jsonl", "a") as fh:
             fh.write(json.dumps(row) + "\n")
-        print(table([row]).splitlines()[-1], flush=True)
+        print(table([row]).split("\n\n")[0] if arm == "probe" else table([row]).splitlines()[-1], flush=True)
     text = table(rows)
     (out / "table.md").write_text(text + "\n")
     first = next((r for r in rows if r.get("device")), {})
     where = first.get("gpu") or "CPU"
-    shape = ("2-layer, 64-wide GPT-2, 16-token completions, batch 8" if args.tiny else
+    shape = ("2-layer, 64-wide GPT-2, 16-token completions, batch 16" if args.tiny else
              "GPT-2 124M (RookWorld-LM-124M's shape)")
     result = {
         "title": f"GPU check: recipes/rookworld.yaml at {shape} on {where}",
         "description": f"Each arm a process of its own, {args.steps} optimizer steps for {', '.join(MAIN_ARMS)} and "
                        f"{args.bisect_steps} for each bisection arm, {args.batch or 32} completions per "
-                       f"step; random weights, packaged RookWorld lines in the hub layout. Versions: "
+                       f"step ({(args.batch or 32) // 8} prompts: left-padded)"
+                       + (f", every log-prob forward left-padded to width {args.force_width} (mod 128: "
+                          f"{args.force_width % 128})" if args.force_width else "")
+                       + "; random weights, packaged RookWorld lines in the hub layout. Versions: "
                        f"{first.get('versions')}.",
         "table": text,
         "command": "python benchmarks/bench_gpu_check.py" + (" --tiny" if args.tiny else "")
-                   + (f" --arms {' '.join(args.arms)}" if args.arms != list(MAIN_ARMS + BISECT_ARMS) else "")
+                   + (f" --arms {' '.join(args.arms)}" if args.arms != list(FAULT_ARMS) else "")
+                   + (f" --force-width {args.force_width}" if args.force_width else "")
                    + (f" --steps {args.steps}" if args.steps != 20 else "")
                    + (f" --bisect-steps {args.bisect_steps}" if args.bisect_steps != 4 else "")
                    + (f" --batch {args.batch}" if args.batch else ""),

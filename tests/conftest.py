@@ -147,6 +147,8 @@ def load_script(path: Path | str, name: str | None = None):
     import importlib.util
 
     path = Path(path)
+    if str(path.parent) not in sys.path:  # its siblings (benchmarks/common.py), as when run as a script
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(name or path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -61,6 +61,50 @@ def test_nonfinite_and_grad_growth():
     assert kinds(_curve("grad_norm", [0.5 * 1.3 ** i for i in range(30)])) == {"grad_growth"}
 
 
+def test_a_nan_gradient_with_a_finite_loss_is_named_as_a_kernel_fault_apart_from_a_nan_loss():
+    nan = float("nan")
+    grad = [0.5] * 12
+    grad[2] = nan
+    kernel = _merge(_curve("loss", [0.1] * 12), _curve("grad_norm", grad))
+    (f,), _ = diagnose(History(kernel), only=["nonfinite"])
+    assert (f.kind, f.subject, f.values["cause"]) == ("nonfinite", "grad_norm", "gradient")
+    assert "finite loss" in f.title and "cuDNN" in f.message and "pytorch/pytorch#196678" in f.message
+    assert "no_fully_masked_rows" in f.message and "enable_cudnn_sdp(False)" in f.message
+    # the same NaN gradient with a NaN loss: the data, the step size or an overflow, not a kernel
+    loss = [0.1] * 12
+    loss[2] = nan
+    found, _ = diagnose(History(_merge(_curve("loss", loss), _curve("grad_norm", grad))), only=["nonfinite"])
+    assert {f.subject for f in found} == {"loss", "grad_norm"}
+    assert all(f.values["cause"] == "loss" and "cuDNN" not in f.message for f in found)
+    assert "learning_rate" in found[0].message
+    # skipped by rookgrpo's guard (skipped_updates rose at that step) and finite after: a warning, the weights safe
+    skipped = _merge(kernel, _curve("skipped_updates", [0, 0] + [1] * 10))
+    (f,), _ = diagnose(History(skipped), only=["nonfinite"])
+    assert f.severity == "warning" and f.values["skipped"] and "skipped those updates" in f.message
+    # ... but a logged NaN loss the guard counted is not a kernel's
+    counted = _merge(skipped, _curve("skipped_updates/nonfinite_loss", [0, 0] + [1] * 10))
+    (f,), _ = diagnose(History(counted), only=["nonfinite"])
+    assert f.values["cause"] == "loss" and "cuDNN" not in f.message
+
+
+def test_the_kl_gradient_meter_reports_nan_for_shares_it_cannot_compute(tiny_model_dir, smoke_dataset, tmp_path):
+    """A NaN gradient (or a zero one) has no share or cosine: NaN, never 0."""
+    import torch
+
+    from rookgrpo.dynamics.kl_grad import KLGradMeter
+
+    args = tiny_grpo_args(tmp_path, beta=0.05, max_steps=1, max_grad_norm=0.0)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=["uci_charset"], args=args,
+                              train_dataset=smoke_dataset)
+    meter = KLGradMeter(trainer)
+    for fill in (float("nan"), 0.0):
+        for p in meter.params:
+            p.grad = torch.full_like(p, fill)
+        meter.measuring, meter._kl = True, [torch.full_like(p, fill) for p in meter.params]
+        values = meter.finish()
+        assert math.isnan(values["loss/kl_grad_share"]) and math.isnan(values["grad/kl_policy_cos"]), fill
+
+
 def test_components_dead_or_carrying_everything_with_the_recipes_weights():
     entries = _merge(*[_curve(f"rewards/{n}/std", [s] * 12) for n, s in (("a", 0.5), ("b", 0.4), ("c", 0.01))])
     findings, _ = diagnose(History(entries))

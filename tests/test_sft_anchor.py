@@ -75,6 +75,33 @@ def test_the_term_is_coef_times_the_completion_nll_scaled_for_accumulation(tmp_p
     assert replay2.extra_loss(trainer, model).item() == pytest.approx(first.item() / 4, rel=1e-4)
 
 
+def test_nan_logits_at_padding_do_not_reach_the_term(tmp_path, generated_lines):
+    """The anchor reads the scored positions by index: a NaN at a pad position (a kernel's fault on a padded row)
+    leaves the term and its gradient finite, where multiplying the padding by 0 made both NaN."""
+    anchor = SFTAnchor(data="placeholder", coef=0.3, batch_size=8)
+    trainer, data = _trainer(tmp_path, generated_lines)
+    anchor.data = data
+    anchor.bind(trainer)
+    model = trainer.model
+    model.train()
+    trainer.current_gradient_accumulation_steps = 1
+
+    def poison_padding(module, args, kwargs, output):
+        output.logits = output.logits.masked_fill(kwargs["attention_mask"][..., None] == 0, float("nan"))
+        return output
+
+    handle = model.register_forward_hook(poison_padding, with_kwargs=True)
+    try:
+        lengths = {len(anchor.lines[i]) for i in range(anchor.batch_size)}
+        assert len(lengths) > 1  # the batch is padded
+        term = anchor.extra_loss(trainer, model)
+        term.backward()
+    finally:
+        handle.remove()
+    assert torch.isfinite(term)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
 def test_no_term_in_an_evaluation_loss(tmp_path, generated_lines):
     anchor = SFTAnchor(data="placeholder")
     trainer, data = _trainer(tmp_path, generated_lines)

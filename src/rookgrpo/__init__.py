@@ -19,6 +19,7 @@ BUILTIN_CALLBACKS = {
     "kl_cap": ("kl_cap", "KLCap"),
     "prompt_selection": ("selection", "PromptSelection"),
     "sft_anchor": ("sft_anchor", "SFTAnchor"),
+    "skip_nonfinite": ("nonfinite", "SkipNonfinite"),
     "zero_std_resampling": ("zero_std", "ZeroStdResampling"),
 }
 

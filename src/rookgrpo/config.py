@@ -2,10 +2,13 @@
 
 Every field carries ``metadata={"help": ...}`` so ``python -m rookgrpo --help`` documents it, as TRL's configs do.
 With every rookgrpo field at its default, ``RookGRPOConfig`` is a plain ``GRPOConfig``: same defaults, same checks,
-except two. On a machine without a GPU a recipe written for GPUs trains on CPU without mixed precision, with a
+except these. On a machine without a GPU a recipe written for GPUs trains on CPU without mixed precision, with a
 one-line notice, instead of stopping with transformers' "Your setup doesn't support bf16/gpu". And
 ``position_ids_from_mask`` is on: the loss scores a left-padded completion at the positions that sampled it
-(:mod:`rookgrpo.dynamics.positions`), which TRL does not do for models with absolute position embeddings.
+(:mod:`rookgrpo.dynamics.positions`), which TRL does not do for models with absolute position embeddings. And three
+numerical guards are on (:mod:`rookgrpo.dynamics.attention`, :mod:`rookgrpo.dynamics.nonfinite`): no attention row is
+fully masked, cuDNN's SDPA backend stays out of training on CUDA, and a NaN gradient skips its optimizer step. None
+changes a finite run's numbers.
 """
 
 from __future__ import annotations
@@ -80,6 +83,32 @@ class RookGRPOConfig(GRPOConfig):
             "left-padded prompt shifted by its pad count, so the loss's log-probs and KL are not those of the "
             "distribution that sampled it (TRL passes no position_ids). No effect on rotary models beyond rounding; "
             "multimodal models are left alone. On by default; false reproduces TRL's scoring."
+        },
+    )
+
+    no_fully_masked_rows: bool = field(
+        default=True,
+        metadata={
+            "help": "SDPA attention masks with no fully masked query row: a left-padded prompt's pad rows attend to "
+            "themselves. Exact for real tokens (they still never see pad keys; pad rows get zero gradient). Without "
+            "it, the cuDNN SDPA backward on H100/H200 returns NaN gradients for any left-padded batch whose width is "
+            "64 mod 128 (pytorch/pytorch#196678; docs/howto.md). On by default; false builds transformers' masks."
+        },
+    )
+    allow_cudnn_attention: bool = field(
+        default=False,
+        metadata={
+            "help": "Let SDPA pick its cuDNN backend in the training forward and backward on CUDA. Off by default: "
+            "its backward returns NaN gradients for rows with a very negative logsumexp (pytorch/pytorch#196678, "
+            "huggingface/trl#7181); flash, memory-efficient and math kernels stay available. No effect on CPU."
+        },
+    )
+    skip_nonfinite_updates: bool = field(
+        default=True,
+        metadata={
+            "help": "Skip an optimizer step whose gradient norm or loss is NaN/inf: its gradients are dropped before "
+            "the step (no weight, moment or weight-decay change), the same on every rank, and the step is counted "
+            "in the logged skipped_updates. On by default; false applies such steps as transformers does."
         },
     )
 

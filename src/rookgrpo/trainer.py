@@ -22,6 +22,8 @@ from .callbacks.base import RookCallback, batch_stage
 from .callbacks.registry import resolve_callbacks
 from .config import _check_num_generations
 from .errors import ConfigError
+from .callbacks.nonfinite import SkipNonfinite
+from .dynamics.attention import guard_masks, sdpa_backend_guard
 from .dynamics.positions import MaskPositions
 from .rewards.registry import resolve_reward_func
 
@@ -98,6 +100,10 @@ class RookGRPOTrainer(GRPOTrainer):
 
             self._task_settings = TaskSettings(self, self.args.task_generation_kwargs)
         self._positions = MaskPositions(self, enabled=getattr(self.args, "position_ids_from_mask", True))
+        self._guarded_masks = guard_masks(self, enabled=getattr(self.args, "no_fully_masked_rows", True))
+        if getattr(self.args, "skip_nonfinite_updates", True) and not any(
+                isinstance(cb, SkipNonfinite) for cb in self.callback_handler.callbacks):
+            self.callback_handler.add_callback(SkipNonfinite())
         for callback in self._rook_callbacks():
             callback.bind(self)
         self._register_hooks()
@@ -183,10 +189,14 @@ class RookGRPOTrainer(GRPOTrainer):
         return scored.output
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        """TRL's training step; with phase measurement on, the loss (forward and backward) is measured as a phase: from
-        ``compute_loss`` (after any generation in ``_prepare_inputs``) to the end of the backward pass."""
+        """TRL's training step, on CUDA without the cuDNN SDPA backend unless ``allow_cudnn_attention``
+        (:mod:`rookgrpo.dynamics.attention`); with phase measurement on, the loss (forward and backward) is measured as
+        a phase: from ``compute_loss`` (after any generation in ``_prepare_inputs``) to the end of the backward pass."""
         try:
-            return super().training_step(model, inputs, num_items_in_batch)
+            accelerator = getattr(self, "accelerator", None)  # a trainer built without __init__ (TRL's tests) has none
+            with sdpa_backend_guard(getattr(accelerator, "device", "cpu"),
+                                    getattr(getattr(self, "args", None), "allow_cudnn_attention", False)):
+                return super().training_step(model, inputs, num_items_in_batch)
         finally:
             if self._phases is not None:
                 self._phases.stop("loss")

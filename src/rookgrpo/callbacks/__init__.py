@@ -12,6 +12,7 @@ from .doctor import Doctor
 from .heldout_eval import HeldoutEval
 from .heldout_guard import HeldoutGuard
 from .kl_cap import KLCap
+from .nonfinite import SkipNonfinite
 from .selection import PromptSelection
 from .sft_anchor import SFTAnchor
 from .zero_std import ZeroStdResampling

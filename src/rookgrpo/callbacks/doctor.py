@@ -4,7 +4,8 @@ Why: the runs rookgrpo's users lost days to "did nothing" or got worse, and the 
 logs all along (KL at most of the update, a held-out metric falling while the reward rose, components carrying no
 spread). This callback reads the same log history ``rookgrpo doctor RUN`` reads after the fact
 (:mod:`rookgrpo.doctor.detectors`), after every ``check_every``-th log, and says each new finding once, with its
-cause and fix. With ``halt_on`` it ends the run on the named findings, saving a checkpoint first.
+cause and fix. With ``halt_on`` it ends the run on the named findings, saving a checkpoint first; ``nonfinite`` is
+judged before each optimizer step (:mod:`rookgrpo.dynamics.nonfinite`), so a NaN update is never applied or saved.
 
 On a plain TRL ``GRPOTrainer`` (an ordinary ``TrainerCallback`` there) the detectors, warnings, ``halt_on`` and
 ``doctor.json`` work the same; the KL gradient needs :class:`~rookgrpo.RookGRPOTrainer`'s hooks.
@@ -23,6 +24,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
+from ..dynamics.nonfinite import StepCheck, optimizer_params, step_check, trainer_verdict
 from ..errors import ConfigError
 from .base import RookCallback
 from .registry import register_callback
@@ -39,7 +41,9 @@ class Doctor(RookCallback):
         kl_grad_every: measure the KL term's share of the gradient every this many optimizer steps (0: never). Costs
             one extra backward pass on those steps.
         halt_on: finding kinds that stop the run (a checkpoint is saved first), e.g. ``[nonfinite, heldout_drop]``;
-            an ``info`` finding (a real change too small to matter) never stops it.
+            an ``info`` finding (a real change too small to matter) never stops it. ``nonfinite`` acts before the
+            optimizer step that would apply a NaN/inf gradient or loss, which is then not applied, so the checkpoint
+            holds the last finite weights.
         thresholds: overrides of ``rookgrpo.doctor.Thresholds`` fields, e.g. ``{entropy_drop: 0.3}``.
         report: file name of the findings written into ``output_dir`` at the end (``null``: none).
 
@@ -80,6 +84,7 @@ class Doctor(RookCallback):
         self._logs = 0
         self._pending: list[dict] = []
         self.meter = None
+        self._own_check = StepCheck()  # halt_on nonfinite on a plain TRL trainer, which never binds
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
@@ -107,14 +112,43 @@ class Doctor(RookCallback):
             self.meter.swap_beta()
 
     def on_training_loss(self, trainer, model, loss) -> None:
+        if "nonfinite" in self.halt_on:
+            step_check(trainer).observe_loss(loss)
         if self.meter is not None:
             self.meter.after_loss(loss)
 
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+    def on_pre_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
         if self.meter is not None and self.meter.measuring:
             values = self.meter.finish()
             if values:
                 self._pending.append(values)
+        if "nonfinite" in self.halt_on and self.halted is None:
+            self._halt_before_a_nonfinite_step(state, control, model, optimizer)
+
+    def _halt_before_a_nonfinite_step(self, state, control, model, optimizer) -> None:
+        """``halt_on: [nonfinite]`` acts here, before the optimizer step, not after the step's log: the step's
+        gradients are dropped, so the checkpoint saved on stopping holds the last finite weights."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:  # a plain TRL GRPOTrainer (never bound): the gradients' finiteness on this process
+            check = self._own_check
+            optimizer_ = optimizer
+            verdict = check.verdict(int(state.global_step), optimizer_params(optimizer, model))
+        else:
+            check, optimizer_ = step_check(trainer), optimizer if optimizer is not None else trainer.optimizer
+            verdict = trainer_verdict(trainer, model, optimizer_)
+        if not verdict.nonfinite:
+            return
+        check.drop_gradients(verdict.step, optimizer_)
+        subject = "loss" if verdict.cause == "loss" else "grad_norm"
+        self.halted = f"nonfinite:{subject}"
+        control.should_training_stop = True
+        control.should_save = True
+        if state.is_world_process_zero:
+            what = ("the loss was NaN/inf" if verdict.cause == "loss" else
+                    f"the gradient norm was {verdict.grad_norm} with a finite loss (a backward kernel's fault)")
+            logger.warning("doctor: stopping the run before step %d's update (halt_on: nonfinite): %s. The update "
+                           "was not applied, so the checkpoint saved now holds step %d's weights.",
+                           state.global_step + 1, what, state.global_step)
 
     def before_log(self, trainer, logs: dict) -> None:
         if self._pending and "loss" in logs:

@@ -99,7 +99,10 @@ def callback_fields(name: str) -> list[tuple[str, str, str]]:
 
 def callback_fields_markdown(name: str) -> str:
     """:func:`callback_fields` of ``name`` as a markdown table, headed by its recipe name and class."""
+    fields = callback_fields(name)
+    if not fields:
+        return f"### `{name}` (`{_lookup(name).__name__}`)\n\nNo fields."
     rows = [f"### `{name}` (`{_lookup(name).__name__}`)", "", "| field | default | meaning |", "| --- | --- | --- |"]
-    for field, default, meaning in callback_fields(name):
+    for field, default, meaning in fields:
         rows.append(f"| `{field}` | {f'`{default}`' if default else ''} | {meaning.replace('|', chr(92) + '|')} |")
     return "\n".join(rows)

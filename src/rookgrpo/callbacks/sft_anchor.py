@@ -160,7 +160,10 @@ class SFTAnchor(RookCallback):
         ids, attention, scored = ids.to(device), attention.to(device), scored.to(device)
         logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1]
         target, mask = ids[:, 1:], scored[:, 1:]
-        nll = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
-        nll = (nll * mask.reshape(-1)).sum() / mask.sum().clamp(min=1)
+        # The scored positions by index, not padding multiplied by 0: a pad position's logits may be NaN (a kernel's
+        # fault on a padded row), and 0 x NaN is NaN in the loss and in every gradient.
+        if not bool(mask.any()):  # every drawn line's completion cut off by max_length: nothing to anchor on
+            return None
+        nll = F.cross_entropy(logits[mask].float(), target[mask])
         log_metric(trainer, "sft_anchor/nll", float(nll.detach()))
         return self.coef * nll / trainer.current_gradient_accumulation_steps

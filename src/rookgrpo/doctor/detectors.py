@@ -116,39 +116,75 @@ def _fmt(x: float) -> str:
 
 # ---- numbers gone wrong ------------------------------------------------------------------------------------------
 
+#: What a NaN gradient with a finite loss most often is, and what to do (the finding's text and docs/howto.md).
+KERNEL_FAULT = ("the backward pass made NaN from finite activations: a kernel fault, most often cuDNN's SDPA backward "
+                "on H100/H200 GPUs with a left-padded batch whose width is 64 mod 128 (pytorch/pytorch#196678, "
+                "huggingface/trl#7181). Fix: RookGRPOTrainer guards it by default (no_fully_masked_rows, "
+                "allow_cudnn_attention: false, skip_nonfinite_updates); with a plain TRL trainer, call "
+                "torch.backends.cuda.enable_cudnn_sdp(False) before training or set attn_implementation: eager")
+
+
+def _skipped_at(h: History, steps: list[int]) -> bool:
+    """Whether the run logged skipping the updates of every step in ``steps`` (rookgrpo's ``skipped_updates``, a
+    running count: it rose by at least one per such step by the entry that logged it)."""
+    s_steps, counts = h.curve("skipped_updates")
+    if not counts:
+        return False
+    by_step = dict(zip(s_steps, counts))
+    return all(by_step.get(s, 0) >= i for i, s in enumerate(sorted(steps), 1))
+
+
 @detector("loss", "grad_norm", "reward")
 def detect_nonfinite(h: History, t: Thresholds) -> list[Finding]:
     names = ["loss", "grad_norm", "reward", "kl", "entropy"] + sorted(
         n for n in h.names() if n.startswith("rewards/") and n.endswith("/mean"))
     out = []
     loss_steps, losses = h.curve("loss", finite=False)
+    loss_at = dict(zip(loss_steps, losses))
+    _, loss_skips = h.curve("skipped_updates/nonfinite_loss")
     for name in names:
         steps, values = h.curve(name, finite=False)
         bad = [s for s, v in zip(steps, values) if v != v or v in (float("inf"), float("-inf"))]
         if not bad:
             continue
+        # A NaN gradient with a finite loss at the same steps: a backward kernel's fault, not the data's or the step
+        # size's. (transformers' logging_nan_inf_filter, on by default, logs a NaN loss as the running average:
+        # rookgrpo's skipped_updates/nonfinite_loss says whether a loss was NaN; without it the log cannot tell.)
+        kernel = (name == "grad_norm" and all(math.isfinite(loss_at.get(s, float("nan"))) for s in bad)
+                  and not (loss_skips and max(loss_skips) > 0))
+        skipped = name == "grad_norm" and _skipped_at(h, bad)
         # A gradient norm that was NaN at a few steps of a run whose loss stayed finite after them: those steps were
         # skipped (a mixed-precision scaler, a trainer that drops non-finite updates); the weights were not hit.
         after = [v for s, v in zip(loss_steps, losses) if s > bad[-1]]
-        isolated = (name == "grad_norm" and len(bad) <= max(1, len(values) // 10) and bad[-1] < steps[-1]
+        isolated = (name == "grad_norm" and (skipped or len(bad) <= max(1, len(values) // 10)) and bad[-1] < steps[-1]
                     and len(after) >= 2 and all(math.isfinite(v) for v in after))
+        where = f"{name} was NaN/inf at {len(bad)} of {len(values)} logged step(s), first at step {bad[0]}"
+        if kernel:
+            text = (f"{where}, while the loss was finite at every one of them: {KERNEL_FAULT}."
+                    + (" The trainer skipped those updates (skipped_updates), so the weights were not hit."
+                       if skipped else ""))
+            out.append(Finding(
+                "nonfinite", f"{name} NaN with a finite loss (a backward kernel)", bad[0], bad[-1],
+                severity="warning" if isolated else "critical", subject=name,
+                values={"steps": len(bad), "carried_on": isolated, "cause": "gradient", "skipped": skipped},
+                message=text))
+            continue
         if isolated:
             out.append(Finding(
                 "nonfinite", f"{name} was NaN or infinite at isolated steps", bad[0], bad[-1], severity="warning",
-                subject=name, values={"steps": len(bad), "carried_on": True},
-                message=f"{name} was NaN/inf at {len(bad)} of {len(values)} logged step(s), first at step {bad[0]}, "
-                        "and the loss stayed finite on every logged step after: those updates were skipped, the "
-                        "weights were not hit. Likely cause: an fp16 overflow (the loss scaler skips the step) or one "
-                        "extreme batch. Fix, if it recurs: use bf16 over fp16, keep max_grad_norm > 0, lower "
-                        "learning_rate."))
+                subject=name, values={"steps": len(bad), "carried_on": True, "cause": "loss", "skipped": skipped},
+                message=f"{where}, and the loss stayed finite on every logged step after: those updates were "
+                        "skipped, the weights were not hit. Likely cause: an fp16 overflow (the loss scaler skips the "
+                        "step) or one extreme batch. Fix, if it recurs: use bf16 over fp16, keep max_grad_norm > 0, "
+                        "lower learning_rate."))
             continue
         out.append(Finding(
             "nonfinite", f"{name} is NaN or infinite", bad[0], bad[-1], severity="critical", subject=name,
-            values={"steps": len(bad), "carried_on": False},
-            message=f"{name} was NaN/inf at {len(bad)} logged step(s), first at step {bad[0]}. Likely cause: "
-                    "an update that diverged (learning rate too high, no gradient clipping, fp16 overflow) or a "
-                    "reward that returned NaN for a completion. Fix: lower learning_rate, keep max_grad_norm > 0, "
-                    "use bf16 over fp16, and make every reward return its floor, not NaN, on a bad completion."))
+            values={"steps": len(bad), "carried_on": False, "cause": "loss"},
+            message=f"{where}. Likely cause: the data, the step size or an overflow: an update that diverged "
+                    "(learning rate too high, no gradient clipping, fp16 overflow), a NaN in the inputs, or a reward "
+                    "that returned NaN for a completion. Fix: lower learning_rate, keep max_grad_norm > 0, use bf16 "
+                    "over fp16, and make every reward return its floor, not NaN, on a bad completion."))
     return out
 
 

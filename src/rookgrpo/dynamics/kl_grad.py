@@ -93,7 +93,8 @@ class KLGradMeter:
     def finish(self) -> dict[str, float] | None:
         """The step's numbers, from the accumulated KL gradient and the whole gradient in ``.grad``:
         ``loss/kl_grad_share`` = |beta·∇KL| / (|beta·∇KL| + |∇policy|), ``grad/kl_norm``, ``grad/policy_norm`` and
-        ``grad/kl_policy_cos`` (their cosine; negative when the KL term pulls against the policy term)."""
+        ``grad/kl_policy_cos`` (their cosine; negative when the KL term pulls against the policy term). A share or
+        cosine that cannot be computed (a NaN gradient, or a zero one) is NaN."""
         self.restore()
         if not self.measuring or self._kl is None:
             self.measuring = False
@@ -123,8 +124,11 @@ class KLGradMeter:
             policy = total - k
             sums += torch.stack([(k * k).sum(), (policy * policy).sum(), (policy * k).sum()]).double()
         kk, pp, pk = sums.tolist()  # one device sync
-        kl_norm, policy_norm = math.sqrt(kk), math.sqrt(pp)
-        cos = pk / (kl_norm * policy_norm) if kl_norm > 0 and policy_norm > 0 else 0.0
-        share = kl_norm / (kl_norm + policy_norm) if kl_norm + policy_norm > 0 else 0.0
+        kl_norm, policy_norm = math.sqrt(kk), math.sqrt(pp)  # NaN when a gradient is (math.sqrt(nan) is nan)
+        # A share or cosine that cannot be computed (a NaN gradient, a zero one) is NaN, never a made-up 0.
+        nan = float("nan")
+        finite = math.isfinite(kl_norm) and math.isfinite(policy_norm)
+        cos = pk / (kl_norm * policy_norm) if finite and kl_norm > 0 and policy_norm > 0 else nan
+        share = kl_norm / (kl_norm + policy_norm) if finite and kl_norm + policy_norm > 0 else nan
         return {"loss/kl_grad_share": share, "grad/kl_norm": kl_norm, "grad/policy_norm": policy_norm,
                 "grad/kl_policy_cos": cos}
