@@ -1,5 +1,8 @@
-"""The three ways to launch, end to end in subprocesses: accelerate (two CPU ranks), `rookgrpo train`, `python -m`."""
+"""The three ways to launch, end to end in subprocesses: accelerate (two CPU ranks), `rookgrpo train`, `python -m`; and
+every launch line of the README's and the how-to's launching sections, run as written."""
 
+import re
+import shlex
 import sys
 
 import pytest
@@ -90,3 +93,55 @@ def test_a_gpu_recipe_on_a_machine_without_one_trains_on_cpu_with_one_notice(tmp
     notices = [line for line in proc.stderr.splitlines() if "no GPU here" in line]
     assert len(notices) == 1 and "use_cpu: true, bf16: false" in notices[0]
     assert read_json(tmp_path / "out" / "trainer_state.json")["global_step"] == 1
+
+
+# ---- the docs' launch lines, as written ---------------------------------------------------------------------------
+
+#: The sections whose command blocks say how to launch: (file, heading).
+LAUNCH_SECTIONS = [("README.md", "## Launching on CPU, several processes and GPUs"),
+                   ("docs/howto.md", "## Run on several GPUs, or several CPU processes")]
+#: Accelerate configs that need GPUs: their lines are shown, not run, here.
+GPU_CONFIGS = ("ddp", "zero2", "zero3", "fsdp")
+
+
+def _launch_lines():
+    lines = []
+    for path, heading in LAUNCH_SECTIONS:
+        text = (REPO / path).read_text()
+        section = text[text.index(heading):]
+        section = section[: section.find("\n## ", 1)]
+        for block in re.findall(r"```bash\n(.*?)```", section, re.S):
+            for line in block.splitlines():
+                command = line.split("#", 1)[0].strip()
+                if command:
+                    lines.append(pytest.param(command, id=f"{path}:{command[:60]}"))
+    return lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("line", _launch_lines())
+def test_every_launch_line_of_the_docs_runs_as_written(line, tmp_path):
+    """Each CPU line, as written, plus a 2-step cap and an output folder; the world size the run saw is the one the
+    line says (two processes for --num_processes 2 and cpu-ddp). GPU lines are shown only: they need GPUs."""
+    words = shlex.split(line)
+    config = words[words.index("--accelerate_config") + 1] if "--accelerate_config" in words else None
+    if config in GPU_CONFIGS:
+        pytest.skip(f"needs GPUs (accelerate_config {config})")
+    words[0] = venv_bin(words[0]) if words[0] in ("rookgrpo", "accelerate") else sys.executable
+    proc = run_cli([*words, "--max_steps", "2", "--output_dir", str(tmp_path / "out")], env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = config == "cpu-ddp" or "--num_processes 2" in line
+    assert read_json(tmp_path / "out" / "run_info.json")["world_size"] == (2 if two else 1)
+
+
+@pytest.mark.slow
+def test_accelerate_launch_with_the_packaged_cpu_ddp_config_starts_two_processes(tmp_path):
+    """`accelerate launch --config_file` with the packaged file, not only `rookgrpo train --accelerate_config`."""
+    from rookgrpo.cli import resolve_accelerate_config
+
+    config = resolve_accelerate_config("cpu-ddp")
+    proc = run_cli([venv_bin("accelerate"), "launch", "--config_file", str(config), "-m", "rookgrpo", "smoke",
+                    "--max_steps", "1", "--output_dir", str(tmp_path / "out")], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    info = read_json(tmp_path / "out" / "run_info.json")
+    assert info["world_size"] == 2 and "MULTI_CPU" in info["distributed_type"]

@@ -58,7 +58,17 @@ def launch_command(argv: Sequence[str]) -> list[str]:
     num_processes = launch.get("num_processes", recipe.get("num_processes"))
     args: list[str] = []
     if accelerate_config:
-        args += ["--config_file", str(resolve_accelerate_config(str(accelerate_config)))]
+        config_file = resolve_accelerate_config(str(accelerate_config))
+        args += ["--config_file", str(config_file)]
+        config = _read_yaml(str(config_file))
+        if config.get("use_cpu"):
+            # A CPU config (cpu-ddp): the run trains on CPU (accelerate's torchrun launcher, which starts the processes,
+            # does not tell them), and each process gets its share of the cores, not accelerate's one thread.
+            if not any(a == "--use_cpu" or a.startswith("--use_cpu=") for a in forwarded):
+                forwarded += ["--use_cpu", "true"]
+            if "OMP_NUM_THREADS" not in os.environ:
+                processes = int(num_processes or config.get("num_processes") or 1)
+                args += ["--num_cpu_threads_per_process", str(max(1, (os.cpu_count() or 1) // processes))]
     else:  # what accelerate would otherwise default with a block of warnings (precision is the recipe's bf16/fp16)
         args += list(ACCELERATE_DEFAULTS)
         from .config import _has_accelerator

@@ -82,7 +82,9 @@ def complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batc
         for start in range(0, len(prompts), batch_size):
             batch = list(prompts[start: start + batch_size])
             enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-            with torch.inference_mode():
+            # no_grad, never inference_mode: a sharded model's (FSDP2) gathered buffers would become inference
+            # tensors, which its next training forward may not update in place.
+            with torch.no_grad():
                 ids = model.generate(**enc, max_new_tokens=max_new_tokens, **({"do_sample": False} | sampling),
                                      pad_token_id=pad, eos_token_id=tokenizer.eos_token_id)
             out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -114,7 +116,7 @@ def reference_nll(model, tokenizer, prompts: Sequence[str], completions: Sequenc
         width = max(map(len, rows))
         ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=model.device)
         mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=model.device)
-        with torch.inference_mode():
+        with torch.no_grad():  # not inference_mode: see complete()
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
         logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
         for b, (p, c) in enumerate(zip(p_ids, c_ids)):

@@ -340,14 +340,16 @@ class RookGRPOTrainer(GRPOTrainer):
         """TRL's checkpoint, plus the state of rookgrpo's controllers (beta, counters) next to it."""
         super()._save_checkpoint(model, trial)
         callbacks = self._rook_callbacks()
-        if callbacks and self.args.should_save:
-            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+        if not callbacks:
+            return
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save:
             with open(os.path.join(folder, self.CALLBACK_STATE_FILE), "w") as fh:
                 json.dump({cb.state_key: cb.state_dict() for cb in callbacks}, fh)
-            for callback in callbacks:
-                callback.save_files(folder)
+        for callback in callbacks:  # every process: a callback holding a shard of its own (heldout_guard) writes it
+            callback.save_files(folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         """On resume, restore rookgrpo's controller state from the checkpoint (TRL's own hook for this)."""

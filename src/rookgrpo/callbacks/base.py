@@ -93,7 +93,9 @@ class RookCallback(TrainerCallback):
         """Restore what :meth:`state_dict` returned, on ``resume_from_checkpoint``."""
 
     def save_files(self, folder: str) -> None:
-        """Write state that is no JSON (tensors) into a checkpoint's ``folder``, on the process that saves it."""
+        """Write state that is no JSON (tensors) into a checkpoint's ``folder``. Called on every process: write what
+        every process shares on the main one only (``self.trainer.args.should_save``), and what each holds alone (a
+        shard of sharded weights) under a name of its own."""
 
     def load_files(self, folder: str) -> None:
         """Read what :meth:`save_files` wrote, on every process, on ``resume_from_checkpoint``."""

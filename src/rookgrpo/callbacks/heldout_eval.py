@@ -29,6 +29,7 @@ import math
 import time
 from typing import Any
 
+from ..dynamics.sharding import reshard
 from ..errors import ConfigError
 from ..trl_compat import log_metric
 from .base import RookCallback
@@ -179,21 +180,33 @@ class HeldoutEval(RookCallback):
             metrics = self.score(model, trainer.processing_class)
         finally:
             model.train(was_training)
+            reshard(model)  # FSDP2: the next training forward gathers its own weights (rookgrpo.dynamics.sharding)
         return {f"heldout/{k}": float(v) for k, v in metrics.items()}
 
     def _timed(self) -> dict[str, float]:
+        """One evaluation, timed; the main process's numbers on every rank.
+
+        Every rank evaluates (a sharded model's forward needs every rank: FSDP2 gathers each layer's weights from
+        all of them), and every rank then takes the main process's values, so that a callback deciding from them
+        (``heldout_guard``, the live ``doctor``) decides the same on every rank even where kernels differ in the
+        last bit."""
         start = time.perf_counter()
         values = self.evaluate()
         values["timing/heldout"] = time.perf_counter() - start
+        accelerator = self.trainer.accelerator
+        if accelerator.num_processes > 1:
+            from accelerate.utils import broadcast_object_list
+
+            values = broadcast_object_list([values], from_process=0)[0]
         return values
 
     # ---- events ---------------------------------------------------------------------------------------------------
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
-            values = self._timed()
-            if self.trainer.accelerator.is_main_process:
-                state.log_history.append({"step": 0, **values})
+            # On every rank, as transformers keeps its log history: a callback reading the history (the guard's
+            # start) must find the same entries on each.
+            state.log_history.append({"step": 0, **self._timed()})
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.every == 0:

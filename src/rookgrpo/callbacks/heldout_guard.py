@@ -12,8 +12,13 @@ one line naming the step, its score and the last evaluation's. The checkpoint sa
 Select on a panel of its own: the score a guard selects on is optimistic for the chosen step, so the numbers a run
 reports must come from positions it did not select on (``rookgrpo/tiny-rookworld-val`` for the guard,
 ``rookgrpo/tiny-rookworld-eval`` for the report). The copy lives in CPU memory (the trainable parameters only: the
-adapter of a PEFT model) and is saved with each checkpoint, so a resumed run keeps its best. Weights sharded by
-DeepSpeed ZeRO-3 or FSDP are refused: use transformers' ``load_best_model_at_end`` with an ``eval_*`` metric there.
+adapter of a PEFT model) and is saved with each checkpoint, so a resumed run keeps its best.
+
+Several processes: every rank decides from the same numbers (the held-out evaluation hands every rank the main
+process's values, and its step-0 entry is in every rank's history), so every rank restores the same step. Under
+FSDP2 each rank copies and restores its own shards (``DTensor.to_local()``: 1/N of the weights per rank, never the
+gathered whole), and saves them as a file per rank. FSDP1 and DeepSpeed ZeRO-3 are refused (untested here): use FSDP2,
+or ZeRO-2, whose weights are whole on every rank.
 
 Logged: ``heldout_guard/score`` at each evaluated step, and at the end ``heldout_guard/best_step`` and
 ``heldout_guard/restored`` (1 when the final weights are the best step's instead of the last step's).
@@ -26,6 +31,7 @@ import os
 from collections.abc import Mapping
 
 from ..dynamics.heldout import HeldoutScore, parse_metric
+from ..dynamics.sharding import is_sharded, local, reshard
 from ..errors import ConfigError
 from ..trl_compat import pending_metrics
 from .base import RookCallback
@@ -66,11 +72,16 @@ class HeldoutGuard(RookCallback):
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
-        if getattr(trainer, "is_fsdp_enabled", False) or (
-                getattr(trainer, "is_deepspeed_enabled", False)
-                and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3):
-            raise ConfigError("heldout_guard: keeps whole-weight copies, which ZeRO-3 and FSDP shard. Use transformers' "
-                              "load_best_model_at_end with metric_for_best_model (an eval_* metric) instead.")
+        if getattr(trainer, "is_deepspeed_enabled", False) and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3:
+            raise ConfigError("heldout_guard: DeepSpeed ZeRO-3 partitions the weights in its own buffers, which the "
+                              "guard cannot copy or restore. Use FSDP2 (accelerate_config: fsdp; the guard keeps each "
+                              "rank's shards) or ZeRO-2, or transformers' load_best_model_at_end with "
+                              "metric_for_best_model (an eval_* metric).")
+        if getattr(trainer, "is_fsdp_enabled", False) and int(
+                getattr(trainer.accelerator.state.fsdp_plugin, "fsdp_version", 1) or 1) < 2:
+            raise ConfigError("heldout_guard: FSDP1 flattens the weights into buffers the guard cannot copy or "
+                              "restore. Use FSDP2 (fsdp_version: 2, as accelerate_config: fsdp does); the guard keeps "
+                              "each rank's shards there.")
         names = list(self.score.metric)
         if any(n.startswith("eval_") for n in names) and str(trainer.args.eval_strategy) in ("no", "IntervalStrategy.NO"):
             raise ConfigError(f"heldout_guard: metric {names} needs evaluations, but eval_strategy is 'no'. Set "
@@ -87,8 +98,10 @@ class HeldoutGuard(RookCallback):
     # ---- the weights ----------------------------------------------------------------------------------------------
 
     def _params(self):
+        """The trainable parameters as this rank holds them: whole, or this rank's shard (FSDP2's DTensors)."""
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        return {name: p for name, p in model.named_parameters() if p.requires_grad}
+        reshard(model)  # FSDP2's root keeps its weights gathered after a forward: copy and restore the shards
+        return {name: local(p) for name, p in model.named_parameters() if p.requires_grad}
 
     def _copy(self) -> dict:
         return {name: p.detach().to("cpu", copy=True) for name, p in self._params().items()}
@@ -100,6 +113,10 @@ class HeldoutGuard(RookCallback):
         with torch.no_grad():
             for name, value in weights.items():
                 params[name].copy_(value.to(params[name].device))
+
+    @property
+    def _sharded(self) -> bool:
+        return is_sharded(self.trainer.accelerator.unwrap_model(self.trainer.model))
 
     # ---- events ---------------------------------------------------------------------------------------------------
 
@@ -154,10 +171,8 @@ class HeldoutGuard(RookCallback):
         else:
             logger.info("the last step (%d) is the best held-out evaluation (score %.4f); kept.", step,
                         self.score.best)
-        if self.trainer.accelerator.is_main_process:
-            state.log_history.append({"step": step, "heldout_guard/best_step": best,
-                                      "heldout_guard/best_score": self.score.best,
-                                      "heldout_guard/restored": int(restored)})
+        state.log_history.append({"step": step, "heldout_guard/best_step": best,  # every rank's, as transformers'
+                                  "heldout_guard/best_score": self.score.best, "heldout_guard/restored": int(restored)})
 
     # ---- checkpoints ----------------------------------------------------------------------------------------------
 
@@ -167,16 +182,22 @@ class HeldoutGuard(RookCallback):
     def load_state_dict(self, state: dict) -> None:
         self.score.load_state_dict(state)
 
+    def _file(self, folder: str) -> str:
+        """The copy's file: one per rank where each holds its own shards."""
+        if self._sharded:
+            return os.path.join(folder, FILE.replace(".pt", f".rank{self.trainer.accelerator.process_index}.pt"))
+        return os.path.join(folder, FILE)
+
     def save_files(self, folder: str) -> None:
         import torch
 
-        if self.best_weights is not None:
-            torch.save({"step": self.score.best_step, "weights": self.best_weights}, os.path.join(folder, FILE))
+        if self.best_weights is not None and (self._sharded or self.trainer.args.should_save):
+            torch.save({"step": self.score.best_step, "weights": self.best_weights}, self._file(folder))
 
     def load_files(self, folder: str) -> None:
         import torch
 
-        path = os.path.join(folder, FILE)
+        path = self._file(folder)
         if os.path.exists(path):
             saved = torch.load(path, map_location="cpu", weights_only=True)
             if saved["step"] == self.score.best_step:
@@ -184,3 +205,4 @@ class HeldoutGuard(RookCallback):
                 return
         self.best_weights = None
         self.score.best_step = self.score.best = None  # the best's weights are gone: start choosing again
+

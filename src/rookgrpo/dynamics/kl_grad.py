@@ -13,9 +13,16 @@ update. The gradient can. On a measured optimizer step:
    clipping), and the policy part (everything but ``beta·KL``: the advantage term, an entropy bonus, an SFT anchor) is
    the difference.
 
-Cost: one extra backward pass per micro-batch on measured steps; nothing on the others. Not available where
-gradients are sharded or kept outside ``.grad`` (DeepSpeed, FSDP) or with reentrant gradient checkpointing: the meter
-switches itself off there and says so once.
+Cost: one extra backward pass per micro-batch on measured steps; nothing on the others.
+
+Sharded (FSDP2): ``autograd.grad`` cannot reach a sharded parameter (FSDP2 gathers each layer's weights outside
+autograd and reduce-scatters the gradients in its own hooks), so there the extra backward of ``beta·K`` runs through
+FSDP2's hooks into ``.grad`` (each rank's shard, reduced as the training gradient is), the meter keeps the difference
+and puts ``.grad`` back as it was, bit for bit, before the training backward; the norms are summed over the shards of
+every rank. This needs each micro-batch's gradient reduced in its own backward, so with gradient accumulation under
+FSDP2 (whose ``no_sync`` defers the reduction to the last micro-batch) the meter is off. Off too, said once at
+warning level: DeepSpeed (its engine keeps the gradients in its own buffers), FSDP1 (flat buffers), and reentrant
+gradient checkpointing.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import logging
 import math
 
 import torch
+
+from .sharding import local as _local
 
 logger = logging.getLogger("rookgrpo.doctor")
 
@@ -40,21 +49,36 @@ class KLGradMeter:
         self.trainer = trainer
         self.params = [p for p in trainer.model.parameters() if p.requires_grad]
         self.enabled = True
-        if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
-            self._disable("gradients are kept by DeepSpeed/FSDP, not in each parameter's .grad")
+        #: ``"autograd"`` (whole weights: one process, DDP, ZeRO-1/2 excluded) or ``"backward"`` (FSDP2 shards)
+        self.mode = "autograd"
+        if getattr(trainer, "is_deepspeed_enabled", False):
+            self._disable("DeepSpeed keeps the gradients in its engine's buffers, not in each parameter's .grad",
+                          warn=True)
+        elif getattr(trainer, "is_fsdp_enabled", False):
+            version = int(getattr(trainer.accelerator.state.fsdp_plugin, "fsdp_version", 1) or 1)
+            if version < 2:
+                self._disable("FSDP1 keeps the gradients in flat buffers; use FSDP2 (fsdp_version: 2)", warn=True)
+            elif int(trainer.args.gradient_accumulation_steps) > 1:
+                self._disable("under FSDP2 with gradient accumulation the gradient is reduced once per optimizer step, "
+                              "so the KL term's part cannot be read per micro-batch (gradient_accumulation_steps: 1 "
+                              "measures it)", warn=True)
+            else:
+                self.mode = "backward"
         self.measuring = False
         self._kl: list[torch.Tensor | None] | None = None
         self._beta: float | None = None
 
-    def _disable(self, reason: str) -> None:
+    def _disable(self, reason: str, warn: bool = False) -> None:
         if self.enabled:
             self.enabled = False
             if self.trainer.accelerator.is_main_process:
-                logger.info("loss/kl_grad_share is not measured: %s.", reason)
+                (logger.warning if warn else logger.info)("loss/kl_grad_share is not measured: %s.", reason)
 
     def begin_step(self) -> bool:
         """Start measuring this optimizer step; False when the meter cannot (off, or beta is 0: no KL term)."""
         self.measuring = self.enabled and float(self.trainer.beta) != 0.0
+        # The model's parameters now: FSDP2's fully_shard replaces them with sharded ones when training starts.
+        self.params = [p for p in self.trainer.model.parameters() if p.requires_grad]
         self._kl = None
         return self.measuring
 
@@ -63,7 +87,7 @@ class KLGradMeter:
         if not self.measuring or self._beta is not None or not torch.is_grad_enabled():
             return
         self._beta = float(self.trainer.beta)
-        device = self.params[0].device if self.params else None
+        device = _local(self.params[0]).device if self.params else None
         self.trainer.beta = torch.tensor(self._beta, device=device, requires_grad=True)
 
     def after_loss(self, loss: torch.Tensor) -> None:
@@ -75,7 +99,10 @@ class KLGradMeter:
             (k,) = torch.autograd.grad(loss, b, create_graph=True, allow_unused=True)
             if k is None or not k.requires_grad:
                 return
-            grads = torch.autograd.grad(k * b.detach(), self.params, retain_graph=True, allow_unused=True)
+            if self.mode == "backward":
+                grads = self._through_the_sharded_backward(k * b.detach())
+            else:
+                grads = torch.autograd.grad(k * b.detach(), self.params, retain_graph=True, allow_unused=True)
         except RuntimeError as err:  # reentrant checkpointing, a model the extra pass cannot go through
             self._disable(f"the extra backward pass failed ({str(err).splitlines()[0][:120]})")
             self.measuring = False
@@ -84,6 +111,19 @@ class KLGradMeter:
             self._kl = [None if g is None else g.detach() for g in grads]
         else:
             self._kl = [a if g is None else (g.detach() if a is None else a.add_(g)) for a, g in zip(self._kl, grads)]
+
+    def _through_the_sharded_backward(self, term: torch.Tensor) -> list:
+        """``term``'s gradient as this rank's shards (FSDP2): backward through FSDP2's hooks into ``.grad`` (reduced
+        over ranks as the training gradient is), read off as the difference, and ``.grad`` put back as it was."""
+        before = [p.grad for p in self.params]
+        kept = [None if g is None else g.detach().clone() for g in before]
+        term.backward(retain_graph=True)
+        grads = []
+        for p, old in zip(self.params, kept):
+            new = None if p.grad is None else _local(p.grad).detach()
+            grads.append(None if new is None else (new.clone() if old is None else new - _local(old)))
+            p.grad = old
+        return grads
 
     def restore(self) -> None:
         """Put a float back in ``trainer.beta`` if a loss never reached :meth:`after_loss` (an exception in it)."""
@@ -102,27 +142,35 @@ class KLGradMeter:
         self.measuring = False
         trainer = self.trainer
         kl_grads, self._kl = self._kl, None
-        if trainer.accelerator.num_processes > 1:  # averaged over processes, as DDP averages the gradients in .grad
+        sharded = self.mode == "backward"
+        if trainer.accelerator.num_processes > 1 and not sharded:
+            # averaged over processes, as DDP averages the gradients in .grad (FSDP2's backward already reduced them)
             flat = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).float()
                               for p, g in zip(self.params, kl_grads)])
             flat = trainer.accelerator.reduce(flat, reduction="mean")
             kl_grads = list(torch.split(flat, [p.numel() for p in self.params]))
         max_norm = float(getattr(trainer.args, "max_grad_norm", 0) or 0)
         before = trainer.grad_norm_before_clip
+        full = getattr(before, "full_tensor", None)
+        if callable(full):
+            before = full()
         scale = 1.0
         if max_norm > 0 and before is not None:
             coef = min(1.0, max_norm / (float(before) + 1e-6))  # torch.nn.utils.clip_grad_norm_'s factor
             if coef > 0 and math.isfinite(coef):
                 scale = 1.0 / coef
         # Per parameter, no concatenated copies: |kl|^2, |policy|^2 and <policy, kl> with policy = total - kl.
-        sums = torch.zeros(3, dtype=torch.float64, device=self.params[0].device)
+        sums = torch.zeros(3, dtype=torch.float64, device=_local(self.params[0]).device)
         for p, g in zip(self.params, kl_grads):
             if p.grad is None and g is None:
                 continue
-            k = torch.zeros_like(p, dtype=torch.float32) if g is None else g.reshape(p.shape).float()
-            total = torch.zeros_like(k) if p.grad is None else p.grad.float() * scale
+            local = _local(p.detach())  # this rank's shard under FSDP2, the whole weight otherwise
+            k = torch.zeros_like(local, dtype=torch.float32) if g is None else g.reshape(local.shape).float()
+            total = torch.zeros_like(k) if p.grad is None else _local(p.grad).float() * scale
             policy = total - k
             sums += torch.stack([(k * k).sum(), (policy * policy).sum(), (policy * k).sum()]).double()
+        if sharded and trainer.accelerator.num_processes > 1:  # every rank's shards: the sums of the whole
+            sums = trainer.accelerator.reduce(sums, reduction="sum")
         kk, pp, pk = sums.tolist()  # one device sync
         kl_norm, policy_norm = math.sqrt(kk), math.sqrt(pp)  # NaN when a gradient is (math.sqrt(nan) is nan)
         # A share or cosine that cannot be computed (a NaN gradient, a zero one) is NaN, never a made-up 0.
@@ -132,3 +180,4 @@ class KLGradMeter:
         share = kl_norm / (kl_norm + policy_norm) if finite and kl_norm + policy_norm > 0 else nan
         return {"loss/kl_grad_share": share, "grad/kl_norm": kl_norm, "grad/policy_norm": policy_norm,
                 "grad/kl_policy_cos": cos}
+
