@@ -94,6 +94,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     # mechanism, docs/experiments/2026-11-27-best-move-grid-plan.md; no arm of it ships).
     ("anchor_format", "bench_anchor_format", ["--seeds", "1", "2", "3"]),
     ("doctor", "bench_doctor", []),
+    # Real public training logs with verdicts read by hand (../shared/doctor-validation), rldoctor beside.
+    ("doctor_validation", "bench_doctor_validation", []),
     ("doctor_cost", "bench_doctor_cost", ["--max-blocks", "30"]),
     ("doctor_cost_recipe", "bench_doctor_cost", ["--setting", "recipe", "--min-blocks", "10", "--max-blocks", "20"]),
 ]

@@ -116,7 +116,8 @@ def test_a_refused_callback_is_not_left_in_the_trainer(tiny_model_dir, smoke_dat
                               train_dataset=smoke_dataset)
     with pytest.raises(ConfigError, match="beta: 0 with the adaptive_beta callback"):
         trainer.add_callback(AdaptiveBeta())
-    assert not trainer._rook_callbacks()
+    assert not any(isinstance(cb, AdaptiveBeta) for cb in trainer._rook_callbacks())
+    assert [type(cb).__name__ for cb in trainer._rook_callbacks()] == ["SkipNonfinite"]  # the default guard only
     trainer.train()  # the trainer works as if the call had not been made
     assert trainer.state.global_step == 1 and trainer.beta == 0.0
 

@@ -297,7 +297,11 @@ def test_cli_reads_a_vanilla_trl_run(tiny_model_dir, smoke_dataset, tmp_path):
 def test_cli_names_what_it_looked_for(tmp_path):
     proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path)])
     assert proc.returncode == 2
-    assert "no trainer_state.json" in proc.stderr
+    assert "no training log in" in proc.stderr and "trainer_state.json" in proc.stderr
+    (tmp_path / "notes.txt").write_text("hello\n")  # a file that is no log: one line naming what it looked for
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path / "notes.txt")])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no training log found in it" in proc.stderr and "CSV export" in proc.stderr
 
 
 def test_every_kind_is_declared_and_documented():
@@ -627,3 +631,148 @@ def test_the_cli_takes_which_rewards_are_judges_and_run_info_records_them(tmp_pa
     (tmp_path / "run_info.json").write_text(json.dumps({"reward_funcs": ["j"], "reward_weights": [1.0], "judges": []}))
     assert load_history(tmp_path).judges == ()
     assert "It is a rule" in diagnose(load_history(tmp_path), Thresholds(judges=load_history(tmp_path).judges))[0][0].message
+
+
+# ---- every log form a user keeps ----------------------------------------------------------------------------------
+
+def _grpo_log(n=12, start=1):
+    return [{"step": s, "loss": 0.1, "reward": 0.2 + 0.01 * s, "grad_norm": 0.5, "frac_reward_zero_std": 0.0,
+             "rewards/fmt/mean": 1.0, "rewards/fmt/std": 0.0, "rewards/acc/mean": 0.1 * (s % 3),
+             "rewards/acc/std": 0.2} for s in range(start, start + n)]
+
+
+def test_a_bare_json_list_of_logged_dicts_is_read(tmp_path):
+    """What `json.dump(trainer.state.log_history, f)` writes, under any file name, and the run folder it sits in."""
+    path = tmp_path / "my_run_log.json"
+    path.write_text(json.dumps(_grpo_log() + [{"train_runtime": 10.0, "step": 12}]))
+    history = load_history(path)
+    assert len(history.entries) == 12 and history.curve("reward")[0] == list(range(1, 13))
+    assert len(load_history(tmp_path).entries) == 12  # found in its folder by content, not name
+    assert "reward_collapsed" in kinds(history.entries)  # and judged: fmt is the same at every step
+
+
+def test_a_dict_holding_log_history_under_any_name_is_read(tmp_path):
+    path = tmp_path / "training_log.json"
+    path.write_text(json.dumps({"train_result": {"global_step": 12}, "log_history": _grpo_log()}))
+    assert len(load_history(path).entries) == 12
+    (tmp_path / "other.json").write_text(json.dumps({"config": {"lr": 1}}))
+    with pytest.raises(ConfigError, match="without a log_history list"):
+        load_history(tmp_path / "other.json")
+
+
+def test_restarted_steps_are_phases_and_a_resume_is_stitched(tmp_path):
+    from rookgrpo.doctor import load_histories
+
+    two_runs = tmp_path / "two.json"
+    two_runs.write_text(json.dumps(_grpo_log(12) + _grpo_log(8)))  # steps 1-12, then 1-8: a second run
+    phases = load_histories(two_runs)
+    assert [len(h.entries) for h in phases] == [12, 8]
+    assert "2 phases, each judged on its own" in phases[0].note and "phase 2 of 2" in phases[1].source
+    resumed = tmp_path / "resumed.json"
+    resumed.write_text(json.dumps(_grpo_log(12) + _grpo_log(10, start=7)))  # resumed from step 6's checkpoint
+    (history,) = load_histories(resumed)
+    assert [e["step"] for e in history.entries] == list(range(1, 17))
+    assert history.note.startswith("resumed at step 7: stitched")
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(two_runs)])
+    assert proc.returncode == 0 and proc.stdout.count("rookgrpo doctor:") == 2 and "How the log was read" in proc.stdout
+
+
+def test_csv_exports_of_wandb_and_tensorboard_are_read(tmp_path):
+    wandb = tmp_path / "wandb_export.csv"
+    rows = ["Step,run-7 - train/reward,run-7 - train/reward__MIN,run-7 - train/reward__MAX,run-7 - train/grad_norm"]
+    rows += [f"{s},{0.1 * s},{0.0},{1.0},{0.5}" for s in range(1, 11)]
+    wandb.write_text("\n".join(rows) + "\n")
+    history = load_history(wandb)
+    assert history.curve("reward") == (list(range(1, 11)), [pytest.approx(0.1 * s) for s in range(1, 11)])
+    assert not any("__MIN" in k for k in history.names())
+    tb = tmp_path / "run-.-tag-train_reward.csv"
+    tb.write_text("Wall time,Step,Value\n" + "".join(f"1700000000.{s},{s},{0.2 * s}\n" for s in range(1, 9)))
+    assert load_history(tb).curve("reward")[0] == list(range(1, 9))
+    (tmp_path / "table.csv").write_text("name,value\na,1\n")
+    with pytest.raises(ConfigError, match="no training log found"):
+        load_history(tmp_path / "table.csv")
+
+
+def test_a_log_too_short_to_judge_says_so_with_its_own_status(tmp_path):
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"log_history": _grpo_log(2)}))
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path)])
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # not 0: "judged, no finding" is another answer
+    assert "too few to judge: 2 log entries over 2 logged step(s)" in proc.stdout and "No finding" not in proc.stdout
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path), "--json"])
+    assert proc.returncode == 3 and json.loads(proc.stdout)["judged"] is False
+
+
+# ---- constant components, spikes in context, eval loss from its best, advice against measured settings ------------
+
+def test_a_component_constant_at_every_step_is_named_whatever_its_weight_and_key_names():
+    old_names = [{"step": s, "reward": 0.3 + 0.01 * (s % 4), "rewards/format": 0.0, "rewards/correct": 0.1 * (s % 4)}
+                 for s in range(1, 30)]  # TRL before 0.17: means only, no per-batch spread
+    (f,), _ = diagnose(History(old_names), only=["reward_spread"])
+    assert (f.kind, f.subject) == ("reward_collapsed", "format") and "never moved" in f.message
+    weighted_zero = _merge(_curve("rewards/a/mean", [1.0] * 12), _curve("rewards/a/std", [0.0] * 12),
+                           _curve("rewards/b/mean", [0.1 * (i % 3) for i in range(12)]),
+                           _curve("rewards/b/std", [0.3] * 12))
+    found, _ = diagnose(History(weighted_zero), Thresholds(reward_weights={"a": 0.0, "b": 1.0}), only=["reward_spread"])
+    assert [(f.subject, f.values["weight"]) for f in found] == [("a", 0.0)] and "dead whatever its weight" in found[0].message
+    found, _ = diagnose(History(weighted_zero), Thresholds(judges=("a",)), only=["reward_spread"])
+    assert "judge" in found[0].message and "rule" not in found[0].message.split("Likely cause")[-1][:40]
+
+
+def test_gradient_spikes_in_a_run_of_flat_groups_or_one_sft_step_are_no_alarm():
+    g = [0.002 * (1 + 0.1 * math.sin(i)) for i in range(60)]
+    g[20], g[40] = 0.09, 0.02
+    flat = _merge(_curve("grad_norm", g), _curve("frac_reward_zero_std", [1.0] * 60), _curve("reward", [0.9] * 60))
+    (f,), _ = diagnose(History(flat), only=["gradients"])
+    assert f.kind == "grad_spike" and f.severity == "info" and "flat" in f.title
+    sft = [1.0 + 0.05 * math.sin(i) for i in range(40)]
+    sft[25] = 9.0
+    sft_log = _merge(_curve("grad_norm", sft), _curve("loss", [2.0 - 0.01 * i for i in range(40)]))
+    (f,), _ = diagnose(History(sft_log))
+    assert History(sft_log).kind == "sft" and f.severity == "info" and f.title == "one gradient-norm spike"
+    sft[10] = 9.0  # two spikes in an SFT run: a warning again
+    (f,), _ = diagnose(History(_merge(_curve("grad_norm", sft), _curve("loss", [1.0] * 40))))
+    assert f.severity == "warning"
+
+
+def test_an_eval_loss_worse_at_every_evaluation_after_its_best_is_named_and_noise_is_not():
+    import random
+
+    def sft(evals):
+        return [{"step": 10 * (i + 1), "loss": 1.0 - 0.01 * i, "eval_loss": v} for i, v in enumerate(evals)]
+
+    r = random.Random(0)
+    early_best = [1.5] + [1.6 + r.gauss(0, 0.01) for _ in range(20)]  # best first, then worse ever after
+    (f,), _ = diagnose(History(sft(early_best)))
+    assert (f.kind, f.severity, f.values["reference_step"]) == ("heldout_drop", "critical", 10)
+    assert "overfitting" in f.message
+    alarms = 0
+    for seed in range(400):  # pure noise: the rule adds no finding (how its margin was chosen)
+        r = random.Random(seed)
+        found, _ = diagnose(History(sft([1.5 + r.gauss(0, 0.01) for _ in range(25)])))
+        alarms += any(f.severity != "info" for f in found)
+    assert alarms == 0
+
+
+def test_a_fix_never_advises_changing_a_setting_the_recipe_measured(tmp_path):
+    flat = [{"step": s, "reward": 0.5 + 0.01 * math.sin(s), "reward_std": 0.2} for s in range(1, 41)]
+    (f,), _ = diagnose(History(flat))
+    assert f.kind == "reward_plateau" and "raise learning_rate" in f.message
+    grid = "docs/experiments/2026-11-27-best-move-grid-plan.md"
+    (f,), _ = diagnose(History(flat), Thresholds(measured={"learning_rate": grid}))
+    assert "raise learning_rate" not in f.message and f"keep learning_rate (the recipe's value was measured: {grid})" \
+        in f.message and f.values["kept_measured"] == ["learning_rate"]
+    # after the fact: from run_info.json, which rookgrpo train writes from the recipe's measured_settings
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": flat}))
+    (tmp_path / "run_info.json").write_text(json.dumps({"measured_settings": {"learning_rate": grid}}))
+    proc = run_cli([venv_bin("rookgrpo"), "doctor", str(tmp_path)])
+    assert "keep learning_rate" in proc.stdout and "raise learning_rate" not in proc.stdout
+
+
+def test_measured_settings_must_name_config_fields():
+    from rookgrpo import RookGRPOConfig
+
+    with pytest.raises(ConfigError, match="not config fields"):
+        RookGRPOConfig(output_dir="x", use_cpu=True, measured_settings={"learning_rat": "grid.md"})
+    args = RookGRPOConfig(output_dir="x", use_cpu=True, measured_settings='{"beta": "grid.md"}')
+    assert args.measured_settings == {"beta": "grid.md"}

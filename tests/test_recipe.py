@@ -1,5 +1,6 @@
 """Recipe parsing, command-line overrides, launch-command building and the errors raised before training."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -81,10 +82,15 @@ def test_missing_prompt_column_is_named(tiny_model_dir, tmp_path):
 def test_launch_command_takes_accelerate_keys_from_recipe_and_flags(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # outside the repository: the packaged config is found by name
     recipe = write_recipe(tmp_path / "r.yaml", accelerate_config="cpu-ddp", num_processes=2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # else the CPU config also passes each process its share of cores
     args = launch_command([str(recipe), "--max_steps", "2"])
     packaged = Path(__import__("rookgrpo").__file__).parent / "recipes" / "accelerate" / "cpu-ddp.yaml"
     assert args[:4] == ["--config_file", str(packaged), "--num_processes", "2"]
-    assert args[4:] == ["-m", "rookgrpo", "--config", str(recipe), "--max_steps", "2"]
+    # cpu-ddp is a CPU config: the run is told to train on CPU (accelerate's torchrun launcher does not tell it)
+    assert args[4:] == ["-m", "rookgrpo", "--config", str(recipe), "--max_steps", "2", "--use_cpu", "true"]
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    args = launch_command([str(recipe)])
+    assert args[args.index("--num_cpu_threads_per_process") + 1] == str(max(1, (os.cpu_count() or 1) // 2))
     # Flags win over the recipe and are consumed, not forwarded to training.
     args = launch_command([str(recipe), "--num_processes", "1", "--accelerate_config=ddp"])
     assert "--num_processes" in args and args[args.index("--num_processes") + 1] == "1"

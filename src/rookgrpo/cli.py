@@ -284,24 +284,38 @@ def _parse_pairs(items: list[str] | None, flag: str, form: str) -> dict[str, flo
     return out
 
 
+#: ``rookgrpo doctor``'s exit status for a log too short to judge (0: judged; 1: findings with --strict; 2: an error).
+TOO_FEW_TO_JUDGE = 3
+
+
 def _cmd_doctor(args: argparse.Namespace, extra: list[str]) -> int:
     import json
 
-    from .doctor import Thresholds, diagnose, load_history
-    from .doctor.report import format_report, plot_findings
+    from .doctor import Thresholds, diagnose, load_histories
+    from .doctor.report import format_report, plot_findings, too_few
 
-    history = load_history(args.run)
+    histories = load_histories(args.run)
     weights = _parse_pairs(args.reward_weights, "--reward-weights", "NAME=W (e.g. accuracy=1 format=0.2)")
-    judges = tuple(args.judges) if args.judges is not None else history.judges
-    findings, skipped = diagnose(history, Thresholds(reward_weights=weights or history.reward_weights, judges=judges))
+    results = []
+    for history in histories:
+        judges = tuple(args.judges) if args.judges is not None else history.judges
+        thresholds = Thresholds(reward_weights=weights or history.reward_weights, judges=judges)
+        short = too_few(history, thresholds)
+        findings, skipped = ([], {}) if short else diagnose(history, thresholds)
+        results.append((history, findings, skipped, short))
     if args.json:
-        print(json.dumps({"source": history.source, "findings": [f.to_dict() for f in findings], "skipped": skipped},
-                         indent=1))
+        out = [{"source": h.source, "note": h.note, "judged": not short, "too_few": short,
+                "findings": [f.to_dict() for f in findings], "skipped": skipped}
+               for h, findings, skipped, short in results]
+        print(json.dumps(out[0] if len(out) == 1 else {"phases": out}, indent=1))
     else:
-        print(format_report(history, findings, skipped), end="")
+        print("\n".join(format_report(h, findings, skipped, short) for h, findings, skipped, short in results), end="")
     if args.plot:
+        history, findings = next(((h, f) for h, f, _, short in reversed(results) if not short), results[-1][:2])
         print(f"wrote {plot_findings(history, findings, args.plot)}", file=sys.stderr if args.json else sys.stdout)
-    return 1 if args.strict and findings else 0
+    if all(short for *_, short in results):
+        return TOO_FEW_TO_JUDGE
+    return 1 if args.strict and any(findings for _, findings, _, _ in results) else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -386,8 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="PNG path (default RUN_DIR/training_curves.png)")
     p.add_argument("--metric", default="reward", help="metric for the text curve (default: reward)")
     p.set_defaults(func=_cmd_plot, allow_extra=False)
-    p = sub.add_parser("doctor", help="name every way a finished GRPO run failed, from its logs (any TRL run)")
-    p.add_argument("run", help="a run's output_dir, its trainer_state.json, a .jsonl log or a TensorBoard log folder")
+    p = sub.add_parser("doctor", help="name every way a finished GRPO run failed, from its logs (any TRL run)",
+                       description="Exit status: 0 judged (with or without findings), 1 findings with --strict, "
+                                   "2 an error (nothing readable), 3 a log too short to judge.")
+    p.add_argument("run", help="a run's output_dir, or a log file: trainer_state.json or any JSON holding its "
+                               "log_history, a JSON list of logged dicts, JSON lines, a CSV export, TensorBoard events")
     p.add_argument("--plot", default=None, metavar="PNG", help="also draw the curves with the findings marked")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--strict", action="store_true", help="exit with status 1 when there is a finding (for CI)")

@@ -112,6 +112,16 @@ class RookGRPOConfig(GRPOConfig):
         },
     )
 
+    measured_settings: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Settings of this recipe chosen by a measured experiment: {field: where the measurement is}, "
+            "e.g. {learning_rate: docs/experiments/my_grid.md} (JSON on the command line). The doctor's fixes never "
+            "advise changing them on one run's log alone; they say where they were measured. Recorded in "
+            "run_info.json."
+        },
+    )
+
     def __post_init__(self):
         from .dynamics.task_sampling import parse_task_generation_kwargs
 
@@ -121,6 +131,7 @@ class RookGRPOConfig(GRPOConfig):
                               "'full' (bubblewrap, the default) or 'reduced' (without bubblewrap, on purpose; "
                               "docs/sandbox.md).")
         self.task_generation_kwargs = parse_task_generation_kwargs(self.task_generation_kwargs)
+        self.measured_settings = _parse_measured(self.measured_settings)
         _fall_back_to_cpu(self)
         super().__post_init__()
 
@@ -160,6 +171,31 @@ def _fall_back_to_cpu(args) -> None:
     logger.warning("no GPU here: training on CPU without mixed precision (%s). Set these in the recipe to silence this "
                    "notice.",
                    ", ".join(changed))
+
+
+def _parse_measured(value) -> dict[str, str] | None:
+    """``measured_settings`` as {config field: where it was measured}; a field no config has is a typo, refused."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"measured_settings: {value!r} is not JSON ({err}); write e.g. "
+                              '\'{"learning_rate": "docs/experiments/my_grid.md"}\'.') from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"measured_settings: expected a mapping of config fields to where each was measured, got "
+                          f"{type(value).__name__}.")
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(RookGRPOConfig)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ConfigError(f"measured_settings: {unknown} are not config fields; name the fields the measurement "
+                          "chose (e.g. learning_rate, beta).")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def _check_num_generations(num_generations) -> None:

@@ -136,6 +136,8 @@ def write_run_info(trainer, model_path: str, script_args) -> Path:
         "reward_weights": [float(w) for w in trainer.reward_weights.tolist()],
         # Rewards that are reward models (judges): the doctor names a judge's causes, not a rule's.
         "judges": list(judge_names(trainer)),
+        # Settings the recipe chose by measurement: the doctor's fixes do not advise changing them.
+        "measured_settings": getattr(trainer.args, "measured_settings", None) or {},
         "global_step": trainer.state.global_step,
         "last_log": train_logs[-1] if train_logs else None,
     }

@@ -92,6 +92,8 @@ class Doctor(RookCallback):
             weights = getattr(trainer, "reward_weights", None)
             if weights is not None:
                 self.thresholds.reward_weights = {n: float(w) for n, w in zip(trainer.reward_func_names, weights.tolist())}
+        if not self.thresholds.measured:
+            self.thresholds.measured = dict(getattr(trainer.args, "measured_settings", None) or {})
         if self.thresholds.judges is None and getattr(trainer, "reward_funcs", None) is not None:
             from ..rewards.registry import judge_names
 

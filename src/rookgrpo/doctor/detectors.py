@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -52,6 +53,8 @@ class Thresholds:
     collapsed_share: float = 0.5  #: share of logged points at which a reward gave the whole batch one score
     saturated_relative: float = 1e-3  #: a reward's batch spread under this share of its magnitude: saturated
     reward_weights: dict[str, float] = field(default_factory=dict)  #: reward name -> weight (default 1)
+    #: settings the recipe chose by measurement, {field: where}: no fix advises changing them (``measured_settings``)
+    measured: dict[str, str] = field(default_factory=dict)
     #: the rewards that are reward models (judges), when known (``None``: not known): the live callback and
     #: ``run_info.json`` give them, ``rookgrpo doctor --judges`` too
     judges: tuple[str, ...] | None = None
@@ -228,6 +231,11 @@ def detect_gradients(h: History, t: Thresholds) -> list[Finding]:
     return out
 
 
+#: A run whose median share of flat groups is at least this has almost no reward signal: its gradient-norm spikes are
+#: the few groups with a spread landing in a batch (docs/doctor.md, "How the spike rule was chosen").
+MOSTLY_FLAT = 0.9
+
+
 def _grad_spike(h: History, steps: list[int], g: list[float], idx: list[int]) -> Finding:
     """The spike finding, read against the flat-group share: in a run whose groups are mostly flat, the steps with a
     non-flat group carry the whole update, so their norms stand out without anything being wrong with them."""
@@ -236,6 +244,22 @@ def _grad_spike(h: History, steps: list[int], g: list[float], idx: list[int]) ->
     z_steps, z = h.curve("frac_reward_zero_std")
     flat = dict(zip(z_steps, z))
     at_spikes = [flat[steps[i]] for i in idx if steps[i] in flat]
+    if len(z) >= 4 and statistics.median(z) >= MOSTLY_FLAT:
+        return Finding(
+            "grad_spike", "gradient-norm spikes in a run of flat groups", steps[idx[0]], steps[idx[-1]],
+            severity="info", subject="grad_norm", values={**values, "flat_median": statistics.median(z)},
+            message=f"{len(idx)} spike(s) in the gradient norm (at step(s) {where}), in a run where a median "
+                    f"{statistics.median(z):.0%} of groups were flat: its gradient is the KL term's and that of the "
+                    "few groups with any reward spread (with scale_rewards: group, also groups whose rewards differ "
+                    "by float noise, scaled up to full-size advantages), so the norm jumps whenever such a group "
+                    "lands in a batch. Not a learning-rate problem; the flat-group finding is the one to act on.")
+    if h.kind != "grpo" and len(idx) == 1:
+        return Finding(
+            "grad_spike", "one gradient-norm spike", steps[idx[0]], steps[idx[0]], severity="info",
+            subject="grad_norm", values=values,
+            message=f"one spike in the gradient norm (step {where}; {_fmt(max(g[i] for i in idx))} against a median "
+                    f"of {_fmt(statistics.median(g))}) in a {h.kind} run: a single unusual batch, not a trend "
+                    "(grad_growth watches for one). Worth a look at that batch if it recurs.")
     if at_spikes and len(z) >= 4 and statistics.median(z) >= 0.5 and \
             statistics.fmean(at_spikes) < statistics.median(z) - 0.1:
         return Finding(
@@ -525,7 +549,8 @@ def detect_reward_components(h: History, t: Thresholds) -> list[Finding]:
     names = [n for n in _components(h) if weights.get(n, 1.0) != 0]  # logged but weighted 0: not in the reward
     if len(names) < 2:
         return []
-    collapsed = set(_collapsed(h, t))  # a reward that scores every completion alike is named by detect_reward_spread
+    # a reward that scores every completion alike is named by detect_reward_spread
+    collapsed = set(_collapsed(h, t)) | set(_constant(h, t))
     shares: dict[str, list[float]] = {n: [] for n in names}
     logged = 0
     for entry in h.entries:
@@ -600,16 +625,51 @@ COLLAPSED_EITHER = ("Likely cause: for a rule, every completion failed it (or pa
                     "--judges NAME says which rewards are judges).")
 
 
-@detector("rewards/*/std")
+def _constant(h: History, t: Thresholds) -> dict[str, tuple[list[int], float, str]]:
+    """Reward components that gave the same score at every logged step, whatever their weight: name -> (steps, the
+    score, how it shows). Where TRL logged a per-batch spread (``rewards/<name>/std``), it was exactly 0 at every step;
+    where it logged only a mean (TRL before 0.17: ``rewards/<name>``), the mean never moved off one value."""
+    out = {}
+    names = sorted({n[len("rewards/"):-len("/mean")] for n in h.names()
+                    if n.startswith("rewards/") and n.endswith("/mean") and n.count("/") == 2})
+    for n in names:
+        steps, means = h.curve(f"rewards/{n}/mean")
+        if len(means) < t.min_share_points or len(set(means)) != 1:
+            continue
+        _, spreads = h.curve(f"rewards/{n}/std")
+        if spreads and any(v != 0 for v in spreads):
+            continue
+        out[n] = (steps, means[0], f"rewards/{n}/std exactly 0" if spreads else f"rewards/{n}/mean never moved")
+    return out
+
+
+@detector("rewards/*/std", "rewards/*/mean")
 def detect_reward_spread(h: History, t: Thresholds) -> list[Finding]:
     """A reward that gives every completion of a batch the same score (collapsed), or scores within a thousandth of
-    its magnitude of each other (saturated): measured per batch by TRL (``rewards/<name>/std``), judged here."""
+    its magnitude of each other (saturated): measured per batch by TRL (``rewards/<name>/std``), judged here. A
+    component constant at every logged step is named whatever its weight, and from its mean alone where that is all
+    the run logged."""
     out = []
     weights = t.reward_weights or infer_reward_weights(h)
     names = [n for n in _components(h) if weights.get(n, 1.0) != 0]  # logged but weighted 0: not in the reward
+    constant = _constant(h, t)
+    for n, (steps, value, shown) in constant.items():
+        judge = t.judges is not None and n in t.judges
+        cause = COLLAPSED_EITHER if t.judges is None else COLLAPSED_JUDGE if judge else COLLAPSED_RULE
+        weight = weights.get(n)
+        others = [m for m in set(names) | set(constant) if m != n]
+        weight_text = ("" if weight is None else f" (weight {weight:g}" + (
+            ": not in the reward, so it only watches" if weight == 0 else "") + ")")
+        out.append(Finding(
+            "reward_collapsed", f"reward {n!r} is the same at every step", steps[0], steps[-1], subject=n,
+            severity="critical" if not others and weight != 0 else "warning",
+            values={"steps": len(steps), "logged": len(steps), "score": value, "judge": judge, "weight": weight},
+            message=f"reward {n!r} gave every completion the same score ({_fmt(value)}) at every one of its "
+                    f"{len(steps)} logged steps ({shown}){weight_text}: it is dead whatever its weight, adding "
+                    f"nothing to the advantages. {cause}"))
     collapsed = _collapsed(h, t)
     for n, (steps, value) in collapsed.items():
-        if n not in names:
+        if n not in names or n in constant:
             continue
         total = sum(1 for e in h.entries if isinstance(e.get(f"rewards/{n}/std"), (int, float)))
         every = len(steps) == total
@@ -787,6 +847,8 @@ def heldout_metrics(h: History) -> list[str]:
     return out
 
 
+#: Evaluations after its best a held-out metric needs before "worse ever since" counts without a trend.
+PERSISTENT_AFTER = 5
 #: Held-out metrics that are proxies or symptoms rather than quality (the reference answers' NLL, one answer's
 #: share, copied or broken answers): beyond their noise and floor they are a warning, never critical.
 HELDOUT_SYMPTOMS = ("nll", "perplexity", "ppl", "top_move_share", "copied", "broken")
@@ -825,9 +887,16 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
         around = good[max(best_i - 1, 0): best_i + 2]
         after_best = (0 < best_i < len(good) - 2 and statistics.fmean(around) - statistics.fmean(good[-2:]) > threshold
                       and good[-2] < good[best_i] - sigma and stats.mann_kendall(good[best_i:])[0] < 0)
-        if not (from_start or after_best):
+        # Worse after its best and staying there: at least PERSISTENT_AFTER evaluations after the best, their median
+        # worse than the best by twice the noise threshold, 5.7 sigma (no trend needed: an eval loss that jumps up once
+        # and stays up is as much a fall as one that climbs). The best of 25 noisy evaluations sits about 2 sigma from
+        # the median of the rest: on 400 pure-noise curves this rule adds no finding (tests/test_doctor.py).
+        later = good[best_i + 1:]
+        persistent = (len(later) >= PERSISTENT_AFTER and good[best_i] - statistics.median(later) > 2 * threshold
+                      and max(later) < good[best_i])
+        if not (from_start or after_best or persistent):
             continue
-        ref = 0 if from_start and (not after_best or good[0] >= good[best_i] - sigma) else best_i
+        ref = 0 if from_start and (not (after_best or persistent) or good[0] >= good[best_i] - sigma) else best_i
         fall = good[ref] - good[-1]
         bounded = all(0.0 <= v <= 1.0 for v in values) and not any(w in name for w in ("nll", "loss", "ppl"))
         size = fall if bounded else fall / max(abs(values[ref]), 1e-9)
@@ -866,6 +935,26 @@ def detect_heldout(h: History, t: Thresholds) -> list[Finding]:
     return out
 
 
+#: How a fix advises changing a setting: "raise learning_rate", "lower beta (and warm it up)".
+_CHANGE = r"(?:raise|lower|increase|decrease|reduce|widen)"
+
+
+def respect_measured(finding: Finding, measured: dict[str, str]) -> Finding:
+    """A finding whose fix advises changing a setting the recipe chose by measurement says to keep it instead, and
+    where it was measured: one run's log does not outweigh a measured grid (``measured_settings``).
+
+    >>> f = Finding("reward_plateau", "flat", 1, 9, "Fix: look at the other findings; raise learning_rate; check x.")
+    >>> respect_measured(f, {"learning_rate": "docs/my_grid.md"}).message
+    "Fix: look at the other findings; keep learning_rate (the recipe's value was measured: docs/my_grid.md); check x."
+    """
+    for name, where in measured.items():
+        pattern = re.compile(rf"\b{_CHANGE} (?:the )?{re.escape(name)}\b(?: \([^)]*\))?")
+        if pattern.search(finding.message):
+            finding.message = pattern.sub(f"keep {name} (the recipe's value was measured: {where})", finding.message)
+            finding.values.setdefault("kept_measured", []).append(name)
+    return finding
+
+
 def diagnose(history: History, thresholds: Thresholds | None = None,
              only: list[str] | None = None) -> tuple[list[Finding], dict[str, str]]:
     """Run the detectors on a run's history: (findings in report order, {detector: why it was skipped}).
@@ -891,4 +980,7 @@ def diagnose(history: History, thresholds: Thresholds | None = None,
             continue
         found = fn(history, t)
         findings.extend(found)
+    measured = {**history.measured, **t.measured}
+    if measured:
+        findings = [respect_measured(f, measured) for f in findings]
     return findings, skipped

@@ -1,5 +1,7 @@
 """A run's logged metrics, from whatever it left behind: ``trainer_state.json`` (any transformers/TRL run, a vanilla
-``GRPOTrainer`` included), a JSON-lines log, or TensorBoard event files.
+``GRPOTrainer`` included) or any JSON object holding its ``log_history``, a bare JSON list of logged dicts (what
+``json.dump(trainer.state.log_history, f)`` writes), a JSON-lines log, a CSV export (W&B, TensorBoard), or TensorBoard
+event files: one loader, the format told from the content, not the file name.
 
 Everything is read into one list of log entries, ``{"step": N, name: value, ...}``, as transformers keeps them in
 ``trainer_state.json``'s ``log_history``; :class:`History` gives a metric's curve over steps.
@@ -70,6 +72,10 @@ class History:
     reward_weights: dict[str, float] = field(default_factory=dict)
     #: the rewards that were reward models (judges), when the run recorded them (``run_info.json``); else ``None``
     judges: tuple[str, ...] | None = None
+    #: how the log was read where it was not one plain run: stitched after a resume, or one phase of several
+    note: str = ""
+    #: settings the run's recipe chose by measurement, {field: where} (``run_info.json``'s ``measured_settings``)
+    measured: dict[str, str] = field(default_factory=dict)
     _names: set[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -129,30 +135,129 @@ def _train_entries(log_history: list) -> list[dict]:
     return [dict(h) for h in log_history if isinstance(h, Mapping) and "step" in h and "train_runtime" not in h]
 
 
-def _read_trainer_state(path: Path) -> list[dict]:
+#: What the loader recognises, for its one-line error on a file it cannot read.
+FORMATS = ("a JSON object with a log_history list (trainer_state.json under any name), a JSON list of logged dicts "
+           "(json.dump(trainer.state.log_history)), JSON lines, a CSV export with a step column (W&B, TensorBoard), "
+           "or TensorBoard event files")
+#: Step columns of CSV exports and JSON-lines logs, in the order they are looked for.
+STEP_COLUMNS = ("step", "Step", "global_step", "train/global_step", "_step", "trainer/global_step")
+
+
+def _with_steps(entries: list, where: Path) -> list[dict]:
+    """Logged dicts with a ``step`` (from a step column where they have none; else their position)."""
+    out = []
+    for number, entry in enumerate(entries, 1):
+        if not isinstance(entry, Mapping):
+            continue
+        entry = canonical(entry)  # a W&B export's train/global_step is global_step
+        if "step" not in entry:
+            step = next((entry[k] for k in STEP_COLUMNS if isinstance(entry.get(k), (int, float))), number)
+            entry["step"] = int(step)
+        out.append(entry)
+    return _train_entries(out)
+
+
+def _read_json_text(text: str, path: Path) -> list[dict] | None:
+    """Entries of a JSON document (a trainer_state-like object or a bare list), or None when it is none of them."""
     try:
-        state = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path} is not valid JSON ({err}).") from None
-    if not isinstance(state, Mapping) or not isinstance(state.get("log_history"), list):
-        raise ConfigError(f"{path} has no log_history list; is it a transformers trainer_state.json?")
-    return _train_entries(state["log_history"])
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(data, Mapping) and isinstance(data.get("log_history"), list):
+        return _with_steps(data["log_history"], path)
+    if isinstance(data, list) and data and all(isinstance(e, Mapping) for e in data):
+        return _with_steps(data, path)
+    if isinstance(data, Mapping):
+        raise ConfigError(f"{path} is a JSON object without a log_history list (keys: "
+                          f"{', '.join(list(map(str, data))[:8])}); the doctor reads {FORMATS}.")
+    return None
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    entries = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+def _read_jsonl_text(text: str, path: Path) -> list[dict] | None:
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path}:{number} is not a JSON object ({err}).") from None
-        if isinstance(entry, Mapping):
-            entry = canonical(entry)  # a W&B export's train/global_step is global_step
-            entry.setdefault("step", entry.get("global_step", entry.get("_step", number)))
-            entries.append(entry)
-    return _train_entries(entries)
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            return None if number == 1 else _bad_line(path, number)
+        if not isinstance(row, Mapping):
+            return None
+        rows.append(row)
+    return _with_steps(rows, path) if rows else None
+
+
+def _bad_line(path: Path, number: int):
+    raise ConfigError(f"{path}:{number} is not a JSON object, though the lines before it are (a JSON-lines log).")
+
+
+def _number(text: str):
+    text = text.strip()
+    if text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None if text.lower() not in ("nan", "inf", "-inf") else float(text.lower())
+    return int(value) if value.is_integer() and "." not in text and "e" not in text.lower() else value
+
+
+def _read_csv_text(text: str, path: Path) -> list[dict] | None:
+    """A CSV export: a step column and metric columns (W&B's ``<run> - <metric>`` headers, its ``__MIN``/``__MAX``
+    columns left out; TensorBoard's ``Wall time,Step,Value``, the metric named from the file's ``-tag-`` part)."""
+    import csv
+    import io
+
+    rows = list(csv.reader(io.StringIO(text)))
+    if len(rows) < 2 or len(rows[0]) < 2:
+        return None
+    header = [h.strip() for h in rows[0]]
+    step_col = next((header.index(c) for c in STEP_COLUMNS if c in header), None)
+    if step_col is None:
+        return None
+    if set(header) >= {"Wall time", "Step", "Value"}:  # TensorBoard: one scalar per file
+        tag = path.stem.split("-tag-", 1)[-1]
+        for prefix in ("train_", "eval_"):
+            if tag.startswith(prefix) and prefix == "train_":
+                tag = "train/" + tag[len(prefix):]
+        names = {header.index("Value"): tag}
+    else:
+        names = {}
+        for i, h in enumerate(header):
+            if i == step_col or h.endswith(("__MIN", "__MAX")) or h in ("Wall time", "_runtime", "_timestamp"):
+                continue
+            names[i] = h.split(" - ", 1)[1] if " - " in h else h
+    entries = []
+    for row in rows[1:]:
+        if len(row) <= step_col:
+            continue
+        step = _number(row[step_col])
+        if step is None:
+            continue
+        entry = {"step": int(step)}
+        for i, name in names.items():
+            value = _number(row[i]) if i < len(row) else None
+            if value is not None:
+                entry[name] = value
+        entries.append(entry)
+    return _with_steps(entries, path) if entries else None
+
+
+def read_log_file(path: Path) -> list[dict]:
+    """The log entries of one file, its format told from its content, not its name (:data:`FORMATS`)."""
+    if path.name.startswith("events.out.tfevents"):
+        return _read_tensorboard(path.parent)
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file; the doctor reads {FORMATS}.") from None
+    stripped = text.lstrip()
+    for reader in ((_read_json_text, _read_jsonl_text) if stripped[:1] in "[{" else (_read_csv_text,)):
+        entries = reader(text, path)
+        if entries is not None:
+            return entries
+    raise ConfigError(f"{path}: no training log found in it; the doctor reads {FORMATS}.")
 
 
 def _read_tensorboard(folder: Path) -> list[dict]:
@@ -172,13 +277,16 @@ def _read_tensorboard(folder: Path) -> list[dict]:
     return [by_step[s] for s in sorted(by_step)]
 
 
-def _run_info(run_info: Path) -> tuple[dict[str, float], tuple[str, ...] | None]:
+def _run_info(run_info: Path) -> tuple[dict[str, float], tuple[str, ...] | None, dict[str, str]]:
     """What ``rookgrpo train`` recorded in ``run_info.json`` for the doctor: the reward weights by reward name ({} when
-    absent) and the rewards that were reward models (``None`` when not recorded)."""
+    absent), the rewards that were reward models (``None`` when not recorded), and the settings the recipe chose by
+    measurement ({} when none)."""
     try:
         info = json.loads(run_info.read_text())
     except (OSError, ValueError):
-        return {}, None
+        return {}, None, {}
+    measured = info.get("measured_settings") if isinstance(info, Mapping) else None
+    measured = {str(k): str(v) for k, v in measured.items()} if isinstance(measured, Mapping) else {}
     try:
         weights = {str(n): float(w) for n, w in zip(info["reward_funcs"], info["reward_weights"])}
     except (KeyError, TypeError, ValueError):
@@ -187,33 +295,103 @@ def _run_info(run_info: Path) -> tuple[dict[str, float], tuple[str, ...] | None]
         judges = tuple(str(n) for n in info["judges"])
     except (KeyError, TypeError):
         judges = None
-    return weights, judges
+    return weights, judges, measured
+
+
+def split_phases(entries: list[dict]) -> tuple[list[list[dict]], str]:
+    """A log whose step numbers go back is a resumed run or several runs in one file. Resumed (it goes back to a
+    step after the first run's start, where a checkpoint was): stitched, the later run replacing the earlier one's
+    steps from the resume point on. Restarted (back to the start or before it): separate phases, judged one by one.
+    Returns the phases and a sentence saying which was done ('' for a log that never goes back).
+
+    >>> log = [{"step": s} for s in (1, 2, 3, 4)] + [{"step": s} for s in (3, 4, 5)]
+    >>> phases, note = split_phases(log)
+    >>> [[e["step"] for e in p] for p in phases], note
+    ([[1, 2, 3, 4, 5]], 'resumed at step 3: stitched, the later entries replacing steps 3-4 of the earlier')
+    >>> phases, note = split_phases([{"step": s} for s in (1, 2, 3, 1, 2)])
+    >>> [[e["step"] for e in p] for p in phases], note
+    ([[1, 2, 3], [1, 2]], 'steps restart 1 time(s) (from step 3 back to 1): 2 phases, each judged on its own')
+    """
+    phases: list[list[dict]] = [[]]
+    notes, restarts = [], []
+    for entry in entries:
+        current = phases[-1]
+        last = current[-1]["step"] if current else None
+        if last is not None and entry["step"] < last:
+            first = current[0]["step"]
+            if entry["step"] <= first:  # back to (or before) this phase's start: a new run
+                restarts.append((last, entry["step"]))
+                phases.append([entry])
+                continue
+            dropped = [e["step"] for e in current if e["step"] >= entry["step"]]
+            notes.append(f"resumed at step {entry['step']}: stitched, the later entries replacing steps "
+                         f"{dropped[0]}-{dropped[-1]} of the earlier")
+            phases[-1] = [e for e in current if e["step"] < entry["step"]]
+        phases[-1].append(entry)
+    if restarts:
+        where = ", ".join(f"from step {a} back to {b}" for a, b in restarts)
+        notes.append(f"steps restart {len(restarts)} time(s) ({where}): {len(phases)} phases, each judged on its own")
+    return [p for p in phases if p], "; ".join(notes)
+
+
+def _find_log(path: Path) -> Path | None:
+    """The log of a run folder: its trainer_state.json, else the newest checkpoint's, else a log file in it (any
+    name: the one holding the most entries)."""
+    state = path / "trainer_state.json"
+    if state.is_file():
+        return state
+    checkpoints = sorted(path.glob("checkpoint-*/trainer_state.json"),
+                         key=lambda p: int(p.parent.name.split("-")[-1]) if p.parent.name.split("-")[-1].isdigit() else -1)
+    if checkpoints:
+        return checkpoints[-1]
+    best, most = None, 0
+    for candidate in sorted(path.iterdir()):
+        if candidate.suffix not in (".json", ".jsonl", ".csv", ".log", ".txt") or not candidate.is_file() \
+                or candidate.name == "run_info.json":
+            continue
+        try:
+            n = len(read_log_file(candidate))
+        except (ConfigError, OSError, ValueError):
+            continue
+        if n > most:
+            best, most = candidate, n
+    return best
+
+
+def load_histories(path: str | Path) -> list[History]:
+    """The run at ``path`` as one :class:`History` per phase (:func:`split_phases`; one for most runs), each with a
+    ``note`` saying how its log was read when it was stitched or split."""
+    path = Path(path)
+    if path.is_file():
+        entries, source = read_log_file(path), path
+        weights, judges, measured = _run_info(path.parent / "run_info.json")
+    elif path.is_dir():
+        found = _find_log(path)
+        if found is None:
+            if any(path.rglob("events.out.tfevents.*")):
+                entries, source = _read_tensorboard(path), path
+            else:
+                raise ConfigError(f"no training log in {path}: looked for trainer_state.json (here and in its "
+                                  f"checkpoint-* folders), TensorBoard event files, and log files (.json, .jsonl, "
+                                  f".csv) holding {FORMATS}. Point it at a run's output_dir or its log file.")
+        else:
+            entries, source = read_log_file(found), found
+        weights, judges, measured = _run_info(path / "run_info.json")
+    else:
+        raise ConfigError(f"{path} does not exist. Give a run's output_dir or its log file ({FORMATS}).")
+    phases, note = split_phases(entries)
+    if len(phases) <= 1:
+        return [History(phases[0] if phases else [], str(source), weights, judges, note=note, measured=measured)]
+    return [History(p, f"{source} (phase {i} of {len(phases)}, steps {p[0]['step']}-{p[-1]['step']})", weights, judges,
+                    note=note, measured=measured) for i, p in enumerate(phases, 1)]
 
 
 def load_history(path: str | Path) -> History:
     """The logged metrics of the run at ``path``: a run's output_dir (its ``trainer_state.json``, else the newest
-    ``checkpoint-*``'s, else TensorBoard event files under it), a ``trainer_state.json``, or a ``.jsonl`` log.
+    ``checkpoint-*``'s, else TensorBoard event files or a log file under it), or a log file in any of :data:`FORMATS`,
+    told from its content. A log whose steps restart holds several runs: this is the last one
+    (:func:`load_histories` gives them all).
 
     Raises :class:`~rookgrpo.errors.ConfigError` naming what was looked for when there is nothing to read.
     """
-    path = Path(path)
-    if path.is_file():
-        if path.suffix == ".jsonl":
-            return History(_read_jsonl(path), str(path))
-        if path.name.startswith("events.out.tfevents"):
-            return History(_read_tensorboard(path.parent), str(path.parent))
-        return History(_read_trainer_state(path), str(path))
-    if not path.is_dir():
-        raise ConfigError(f"{path} does not exist. Give a run's output_dir, its trainer_state.json or a .jsonl log.")
-    state = path / "trainer_state.json"
-    if not state.is_file():
-        checkpoints = sorted(path.glob("checkpoint-*/trainer_state.json"),
-                             key=lambda p: int(p.parent.name.split("-")[-1]) if p.parent.name.split("-")[-1].isdigit() else -1)
-        state = checkpoints[-1] if checkpoints else None
-    if state is not None:
-        return History(_read_trainer_state(state), str(state), *_run_info(path / "run_info.json"))
-    if any(path.rglob("events.out.tfevents.*")):
-        return History(_read_tensorboard(path), str(path))
-    raise ConfigError(f"no trainer_state.json in {path} or its checkpoint-* folders, and no TensorBoard event "
-                      "files under it. Point it at a run's output_dir (transformers writes trainer_state.json there at "
-                      "the end of training and in every checkpoint).")
+    return load_histories(path)[-1]

@@ -5,14 +5,33 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from .detectors import Finding, heldout_metrics
+from .detectors import Finding, Thresholds, heldout_metrics
 from .history import History
 
 
-def format_report(history: History, findings: list[Finding], skipped: dict[str, str]) -> str:
+def too_few(history: History, thresholds: Thresholds) -> str:
+    """Why ``history`` is too short for any detector to judge ('' when it is not): fewer logged training steps than
+    the fewest any detector needs (:attr:`Thresholds.min_share_points`)."""
+    steps = {int(e["step"]) for e in history.entries if any(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            for k, v in e.items() if k != "step")}
+    need = thresholds.min_share_points
+    if len(steps) >= need:
+        return ""
+    return (f"too few to judge: {len(history.entries)} log entries over {len(steps)} logged step(s); the detectors "
+            f"need at least {need} logged steps ({thresholds.min_points} for trends and spikes, "
+            f"{thresholds.plateau_points} for a plateau). Log more often (logging_steps) or train longer.")
+
+
+def format_report(history: History, findings: list[Finding], skipped: dict[str, str], short: str = "") -> str:
     """The findings as text: one block per finding (severity, title, steps, cause and fix), then the skipped
-    detectors and what they needed."""
-    lines = [f"rookgrpo doctor: {history.source} ({len(history.entries)} log entries, last step {history.last_step})", ""]
+    detectors and what they needed; for a log too short to judge, that (``short``, from :func:`too_few`)."""
+    lines = [f"rookgrpo doctor: {history.source} ({len(history.entries)} log entries, last step {history.last_step})"]
+    if history.note:
+        lines.append(f"How the log was read: {history.note}.")
+    lines.append("")
+    if short:
+        lines.append(f"Not judged: {short}")
+        return "\n".join(lines).rstrip() + "\n"
     if not findings:
         lines.append("No finding: none of the detectors found a failure in the logged curves.")
     for number, f in enumerate(findings, 1):
