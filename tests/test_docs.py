@@ -2,7 +2,8 @@
 exist), every recipe excerpt says what the recipe says, and the generated reference is up to date.
 
 - ``python`` blocks run in a subprocess in a scratch folder (with the repository's ``rewards/`` beside it); a block
-  whose first line is ``# rewards/NAME.py`` is a file: it is written there, and the blocks after it can name it.
+  whose first line is ``# NAME.py`` (``# rewards/NAME.py``, ``# my_rewards.py``) is a file: it is written there, and
+  the blocks after it can name it.
 - ``yaml`` blocks parse; their callbacks and rewards resolve; a full recipe (with ``model_name_or_path``) passes the
   recipe parser; a block whose first line is ``# from recipes/NAME.yaml`` holds that recipe's values.
 - ``bash`` blocks: each command's make target, ``rookgrpo`` command, files and ``--flags`` exist.
@@ -25,6 +26,8 @@ DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), REPO / "reward
 LINKED = sorted({*DOCS, *(REPO / "docs" / "experiments").glob("*.md"), REPO / "benchmarks" / "README.md",
                  REPO / "src" / "rookgrpo" / "assets" / "tiny-rookworld" / "README.md"})
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+#: The first line of a python block that is a file the blocks after it name: ``# rewards/my_reward.py``.
+FILE_BLOCK = r"# (?:rewards/)?\w+\.py"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -99,7 +102,7 @@ def test_python_examples_run(path, tmp_path):
         (tmp_path / "rewards" / f.name).write_text(f.read_text())
     for i, body in enumerate(blocks(path, "python")):
         first = body.splitlines()[0]
-        if re.fullmatch(r"# rewards/\w+\.py", first):  # a file the next blocks name
+        if re.fullmatch(FILE_BLOCK, first):  # a file the next blocks name
             target = tmp_path / first[2:]
             target.write_text(body)
             module = load_script(target, f"doc_{target.stem}")
@@ -124,7 +127,7 @@ def test_yaml_examples_parse_and_resolve(path, tmp_path, monkeypatch):
         (tmp_path / "rewards" / f.name).write_text(f.read_text())
     for body in blocks(path, "python"):  # reward files the yaml may name
         first = body.splitlines()[0]
-        if re.fullmatch(r"# rewards/\w+\.py", first):
+        if re.fullmatch(FILE_BLOCK, first):
             (tmp_path / first[2:]).write_text(body)
     for body in blocks(path, "yaml"):
         values = yaml.safe_load(body)
