@@ -661,11 +661,12 @@ def detect_reward_spread(h: History, t: Thresholds) -> list[Finding]:
         weight_text = ("" if weight is None else f" (weight {weight:g}" + (
             ": not in the reward, so it only watches" if weight == 0 else "") + ")")
         out.append(Finding(
-            "reward_collapsed", f"reward {n!r} is the same at every step", steps[0], steps[-1], subject=n,
+            "reward_collapsed", f"reward {n!r} gives every completion the same score at every step", steps[0],
+            steps[-1], subject=n,
             severity="critical" if not others and weight != 0 else "warning",
             values={"steps": len(steps), "logged": len(steps), "score": value, "judge": judge, "weight": weight},
-            message=f"reward {n!r} gave every completion the same score ({_fmt(value)}) at every one of its "
-                    f"{len(steps)} logged steps ({shown}){weight_text}: it is dead whatever its weight, adding "
+            message=f"reward {n!r} gave every completion of the batch the same score ({_fmt(value)}) at every one of "
+                    f"its {len(steps)} logged steps ({shown}){weight_text}: it is dead whatever its weight, adding "
                     f"nothing to the advantages. {cause}"))
     collapsed = _collapsed(h, t)
     for n, (steps, value) in collapsed.items():
