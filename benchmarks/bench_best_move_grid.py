@@ -32,6 +32,7 @@ import math
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import bench_tiny_grpo as grid  # benchmarks/bench_tiny_grpo.py: the arms' recipes, run(), mean_se, t_stat
@@ -62,15 +63,40 @@ METRICS = PRIMARY + SECONDARY
 PER_ROW = ("best_move_accuracy", "format_rate")
 
 
-def rule(base: dict, rs: list[dict]) -> dict:
+@dataclass(frozen=True)
+class Grid:
+    """One pre-declared grid of this harness: its arms, its control and supervised controls, its rule, and where its
+    plan is. ``up``: metrics that must rise with t ≥ 2 against the start; ``held``: metrics whose change must be above
+    −1 standard error. With no arm meeting the rule, the GRPO arm that best holds greedy format is kept, among those
+    whose best move rises with t ≥ 2 when ``fallback_best_up`` (else among all)."""
+
+    script: str
+    plan: str
+    title: str
+    control: str
+    arms: list
+    supervised: dict
+    up: tuple = ("best_move_accuracy",)
+    held: tuple = ("format_rate", "move_rank_reward", "env_exact_accuracy")
+    fallback_best_up: bool = False
+    metrics: list = field(default_factory=lambda: list(METRICS))
+    panel: int = VAL_POLICY  # the guard's validation panel's P: positions, for the panel sizing table
+
+
+BEST_MOVE = Grid(script="benchmarks/bench_best_move_grid.py", plan="docs/experiments/2026-11-27-best-move-grid-plan.md",
+                 title="Best-move grid: changes to the recipe as shipped before it", control=CONTROL, arms=ARMS,
+                 supervised=SUPERVISED)
+
+
+def rule(base: dict, rs: list[dict], spec: Grid = BEST_MOVE) -> dict:
     """The pre-declared rule on one arm's runs: best move up with t ≥ 2 against the start, greedy format's change
-    above −1 standard error (t > −1), move-rank reward and A: exact not down (t > −1)."""
+    above −1 standard error (t > −1), move-rank reward and A: exact not down (t > −1) (the best-move grid's; another
+    grid's ``spec`` says its own)."""
     d = {}
-    for k, _ in METRICS:
+    for k, _ in spec.metrics:
         mean, se = grid.mean_se([r["eval"][k] - base[k] for r in rs])
         d[k] = {"mean": mean, "se": se, "t": grid.t_stat(mean, se)}
-    d["meets_rule"] = (d["best_move_accuracy"]["t"] >= 2 and
-                       all(d[k]["t"] > -1 for k in ("format_rate", "move_rank_reward", "env_exact_accuracy")))
+    d["meets_rule"] = all(d[k]["t"] >= 2 for k in spec.up) and all(d[k]["t"] > -1 for k in spec.held)
     return d
 
 
@@ -80,18 +106,22 @@ def paired(runs: dict, arm: str, against: str, key: str) -> dict:
     return {"mean": mean, "se": se, "t": grid.t_stat(mean, se)}
 
 
-def decide(base: dict, runs: dict) -> dict:
+def decide(base: dict, runs: dict, spec: Grid = BEST_MOVE) -> dict:
     """The arm the rule ships: of the GRPO arms that meet it, the largest mean best-move gain; if none does, the
-    GRPO arm that best holds greedy format (largest mean format change; best-move gain breaks a tie)."""
-    rules = {a: rule(base, rs) for a, rs in runs.items() if len({r["seed"] for r in rs}) >= 2}
-    candidates = [a for a in rules if a not in SUPERVISED]
+    GRPO arm that best holds greedy format (largest mean format change; best-move gain breaks a tie), among those whose
+    best move rises with t ≥ 2 where the grid's fallback asks it."""
+    rules = {a: rule(base, rs, spec) for a, rs in runs.items() if len({r["seed"] for r in rs}) >= 2}
+    candidates = [a for a in rules if a not in spec.supervised]
     meeting = [a for a in candidates if rules[a]["meets_rule"]]
+    rising = [a for a in candidates if rules[a]["best_move_accuracy"]["t"] >= 2]
     if meeting:
         pick = max(meeting, key=lambda a: rules[a]["best_move_accuracy"]["mean"])
         why = "meets the rule with the largest best-move gain"
     elif candidates:
-        pick = max(candidates, key=lambda a: (rules[a]["format_rate"]["mean"], rules[a]["best_move_accuracy"]["mean"]))
-        why = "no arm meets the rule: the arm that best holds greedy format"
+        pool = rising if spec.fallback_best_up and rising else candidates
+        pick = max(pool, key=lambda a: (rules[a]["format_rate"]["mean"], rules[a]["best_move_accuracy"]["mean"]))
+        why = ("no arm meets the rule: the arm that best holds greedy format" +
+               (" with best move up" if spec.fallback_best_up and rising else ""))
     else:
         pick, why = None, "no arm measured"
     return {"rules": rules, "pick": pick, "why": why}
@@ -136,7 +166,7 @@ def seed_text(seeds) -> str:
     return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
-def command_text(argv: list[str]) -> str:
+def command_text(argv: list[str], spec: Grid = BEST_MOVE) -> str:
     """The command as a user types it from the repository's root (paths under it made relative)."""
     root = Path(__file__).resolve().parents[1]
 
@@ -144,40 +174,48 @@ def command_text(argv: list[str]) -> str:
         p = Path(a)
         return str(p.resolve().relative_to(root)) if p.is_absolute() and p.resolve().is_relative_to(root) else a
 
-    return " ".join(["python benchmarks/bench_best_move_grid.py", *map(rel, argv)])
+    return " ".join([f"python {spec.script}", *map(rel, argv)])
 
 
-def report(base: dict, runs: dict, partial: str | None = None, command: str | None = None) -> dict:
+def report(base: dict, runs: dict, partial: str | None = None, command: str | None = None,
+           spec: Grid = BEST_MOVE) -> dict:
     """The tables, decision and panel sizing of ``runs``; ``command``: the one that made them (:func:`command_text`)."""
-    decision = decide(base, runs)
+    METRICS, CONTROL, SUPERVISED, VAL_POLICY = spec.metrics, spec.control, spec.supervised, spec.panel  # noqa: N806
+    decision = decide(base, runs, spec)
     rules = decision["rules"]
     lines = []
+    guarded = any("guard_step" in r for rs in runs.values() for r in rs)
     if partial:
         lines += [f"Unfinished grid ({partial}): " + ", ".join(f"{a} {len(rs)}" for a, rs in runs.items()) +
                   " runs; a look, not a result.", ""]
     lines += ["Change against the start (mean ± standard error over seeds, t = mean / se); start: " +
               ", ".join(f"{label} {base[k]:.3f}" for k, label in METRICS) + ".", "",
-              "| arm | seeds | " + " | ".join(label for _, label in METRICS) + " | P: groups format-flat | meets the rule |",
-              "|" + " --- |" * (len(METRICS) + 4)]
+              "| arm | seeds | " + " | ".join(label for _, label in METRICS) + " | P: groups format-flat"
+              + (" | guard's step" if guarded else "") + " | meets the rule |",
+              "|" + " --- |" * (len(METRICS) + 4 + guarded)]
     for arm, rs in runs.items():  # an arm with one seed is shown (a look), and judged from two
         if not rs:
             continue
-        d = rules.get(arm) or rule(base, rs)
+        d = rules.get(arm) or rule(base, rs, spec)
         flat, _ = grid.mean_se([r.get("p_format_flat", float("nan")) for r in rs])
         meets = "yes" if d["meets_rule"] else "no" if arm in rules else "(one seed)"
-        lines.append(f"| {arm} | {len(rs)} | " + " | ".join(_cell(d[k]) for k, _ in METRICS) + f" | {flat:.2f} | {meets} |")
+        guard = [r["guard_step"] for r in rs if "guard_step" in r]
+        guard_cell = f" | {', '.join(map(str, guard))}" if any("guard_step" in r for r_ in runs.values() for r in r_) else ""
+        lines.append(f"| {arm} | {len(rs)} | " + " | ".join(_cell(d[k]) for k, _ in METRICS) + f" | {flat:.2f}"
+                     + guard_cell + f" | {meets} |")
     lines += ["", f"Paired by seed against the control (`{CONTROL}`, the recipe as shipped when the grid ran) and, "
               "for the anchor arm, against its supervised-only control:", "",
               "| arm − against | " + " | ".join(label for _, label in METRICS) + " |", "|" + " --- |" * (len(METRICS) + 1)]
     pairs = {}
     for arm in runs:
-        for against in ([CONTROL] if arm != CONTROL else []) + [a for a, g in SUPERVISED.items() if g == arm]:
+        for against in ([CONTROL] if arm != CONTROL else []) + [a for a, g in SUPERVISED.items()
+                                                                 if arm in (g if isinstance(g, tuple) else (g,))]:
             if runs[arm] and runs.get(against):
                 cells = {k: paired(runs, arm, against, k) for k, _ in METRICS}
                 pairs[f"{arm} − {against}"] = cells
                 lines.append(f"| {arm} − {against} | " + " | ".join(_cell(cells[k]) for k, _ in METRICS) + " |")
     lines += ["", f"Decision: {decision['pick']} ({decision['why']})."]
-    sizes = {a: panel_size(base, runs[a]) for a in runs if a in rules}
+    sizes = {a: panel_size(base, runs[a], panel=VAL_POLICY) for a in runs if a in rules}
     if any(sizes.values()):
         lines += ["", f"The validation panel (the guard's, {VAL_POLICY} P: positions): each arm's best-move change per "
                   "position against the start, on the reported panel; the standard error of that paired change at "
@@ -190,19 +228,20 @@ def report(base: dict, runs: dict, partial: str | None = None, command: str | No
                 lines.append(f"| {arm} | {z['mean']:+.3f} | {z['flipped']:.2f} | {z['se_at_panel']:.3f} | "
                              f"{z['positions_needed'] if z['positions_needed'] else 'no gain to resolve'} |")
     seeds = seed_text(r["seed"] for rs in runs.values() for r in rs)
-    return {"title": "Best-move grid: changes to the recipe as shipped before it "
-                     f"(tiny-rookworld, 200 steps, seeds {seeds})",
+    return {"title": f"{spec.title} (tiny-rookworld, 200 steps, seeds {seeds})",
             "description": f"Arms: " + "; ".join(f"`{a}`: {grid.arm_text(a)}" for a in runs) + ". Greedy evaluation on "
                            f"the {base['n_policy']} P: and {base['n_env']} A: reported held-out positions ({DATA}), "
-                           f"Stockfish depth {DEPTH}. Plan and rule: docs/experiments/2026-11-27-best-move-grid-plan.md.",
+                           f"Stockfish depth {DEPTH}. Plan and rule: {spec.plan}.",
             "table": "\n".join(lines), "command": command, "start": base, "runs": runs, "paired": pairs,
             "decision": decision, "panel_size": sizes,
             "run_commits": sorted({r["measured"]["commit"] for rs in runs.values() for r in rs if "measured" in r})}
 
 
-def main(argv=None):
+def main(argv=None, spec: Grid = BEST_MOVE, description: str | None = None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ARMS = spec.arms  # noqa: N806
+    METRICS = spec.metrics  # noqa: N806
+    ap = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--from_result", nargs="+", default=None, metavar="JSON",
                     help="re-table a result or its .partial; several (same start) are tabled as one, each arm's "
@@ -221,7 +260,8 @@ def main(argv=None):
             if len({r["seed"] for r in rs}) < len(rs):
                 ap.error(f"--from_result: arm {arm} has a seed twice across {', '.join(args.from_result)}")
         unfinished = ", ".join(f for f, s in zip(args.from_result, saved) if "command" not in s) or None
-        result = report(saved[0]["start"], {a: rs for a, rs in runs.items() if rs}, unfinished, command_text(argv))
+        result = report(saved[0]["start"], {a: rs for a, rs in runs.items() if rs}, unfinished,
+                        command_text(argv, spec), spec)
         result["measured"] = saved[0].get("measured", STARTED_AT)
         return finish(result, args.out)
     from rookgrpo.chess.engine import EngineSettings
@@ -253,7 +293,8 @@ def main(argv=None):
                 print(f"seed {seed} {arm}: " + ", ".join(f"{label} {m[k]:.3f}" for k, label in METRICS), flush=True)
                 if partial is not None:
                     partial.write_text(json.dumps({"start": base, "runs": runs}, indent=1))
-    return finish(report(base, {a: runs[a] for a in ARMS if runs[a]}, command=command_text(argv)), args.out)
+    return finish(report(base, {a: runs[a] for a in ARMS if runs[a]}, command=command_text(argv, spec), spec=spec),
+                  args.out)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,13 @@ BEFORE_GRID = {"learning_rate": 5e-5, "lr_scheduler_type": "constant_with_warmup
 # names, ``weights`` sets every reward weight (0: no reward signal). The two vanilla arms train TRL's GRPOTrainer on
 # the recipe's fields.
 ANCHOR = {"name": "sft_anchor", "data": "rookgrpo/tiny-rookworld-grpo", "tasks": ["A"], "batch_size": 16}
+ANCHOR_PB = {**ANCHOR, "tasks": ["P", "A"], "coef": 0.1, "score": "rookworld_best_move"}
+# The held-out evaluation and guard of the B:-only anchor grid: the fresh validation panel, all of it, every 20 steps.
+FRESH_GUARD = [
+    {"name": "chess_eval", "data": "rookgrpo/tiny-rookworld-val-fresh", "n_policy": 288, "n_env": 32, "every": 20},
+    {"name": "heldout_guard", "metric": {"heldout/best_move_accuracy": 1.0, "heldout/format_rate": 1.0,
+                                         "heldout/move_rank_reward": 1.0, "heldout/env_exact_accuracy": 1.0}},
+]
 ARM_SPECS: dict[str, dict] = {
     "vanilla": {},
     "vanilla_positions": {},
@@ -97,6 +104,14 @@ ARM_SPECS: dict[str, dict] = {
     "sft-only-PA": {"set": {"learning_rate": 1e-5, "lr_scheduler_type": "cosine"},
                     "callbacks": [{**ANCHOR, "tasks": ["P", "A"], "coef": 0.1}], "weights": 0.0,
                     "remove": ["zero_std_resampling"]},
+    # The B:-only anchor grid's levers (docs/experiments/2026-11-29-b-anchor-grid-plan.md): the anchor on P: lines
+    # scored on their B: move alone and on A: lines whole; the held-out evaluation on the fresh validation panel with
+    # the guard selecting on best move, format, move-rank reward and A: exact (an arm then runs as make train does and
+    # is judged by the guard's weights); and the anchor's supervised-only control, with the guard.
+    "anchor-PB-0.1": {"callbacks": [ANCHOR_PB]},
+    "guard": {"heldout": FRESH_GUARD},
+    "sft-only-PB": {"set": {"learning_rate": 1e-5, "lr_scheduler_type": "cosine"}, "callbacks": [ANCHOR_PB],
+                    "weights": 0.0, "remove": ["zero_std_resampling"], "heldout": FRESH_GUARD},
 }
 ARMS = tuple(ARM_SPECS)
 # Arms whose lever lost the grid and was removed from the package (docs/experiments/2026-11-27-grpo-grid-plan.md): their
@@ -129,11 +144,18 @@ ARM_TEXT = {
     "p-temp-1.0": "the recipe sampling P: at temperature 1.0 (not 0.5)",
     "sft-only-PA": "`sft_anchor` on P: and A: lines at coef 0.1, learning rate 1e-5 cosine, every reward weighted 0 "
                    "and no resampling (the P:+A: anchor's supervised steps alone)",
+    "anchor-PB-0.1": "the recipe plus `sft_anchor` on P: lines scored on the B: move alone and on A: lines whole "
+                     "(16 per loss, coef 0.1; `score: rookworld_best_move`)",
+    "guard": "`chess_eval` on the fresh validation panel (288 P:, 32 A:) every 20 steps and `heldout_guard` on best "
+             "move + format + move-rank reward + A: exact: judged by the guard's weights",
+    "sft-only-PB": "`sft_anchor` scored on the B: move (P:) and whole A: lines at coef 0.1, learning rate 1e-5 cosine, "
+                   "every reward weighted 0 and no resampling, with the guard (the B:-only anchor's supervised steps "
+                   "alone)",
 }
 # The levers an arm can combine with ``+`` (e.g. ``lr1e-5-cosine+anchor-0.1``: the grid's ``best`` arm, named by what it
 # combines): the recipe's changes, not the vanilla arms, the recipe itself or the supervised control.
 BASELINES = ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature")  # what the grid's levers change
-CONTROLS = ("sft-only", "sft-only-PA")  # supervised steps alone: arms of their own, not levers
+CONTROLS = ("sft-only", "sft-only-PA", "sft-only-PB")  # supervised steps alone: arms of their own, not levers
 LEVERS = tuple(a for a in ARMS if a not in (*BASELINES, *CONTROLS))
 
 
@@ -161,6 +183,8 @@ def arm_spec(arm: str) -> dict:
                   "task_kwargs": {}}
     for part in parts:
         s = ARM_SPECS[part]
+        if "heldout" in s:
+            spec["heldout"] = s["heldout"]
         for key in ("set", "rewards", "reward_weights", "task_kwargs"):
             if clash := set(s.get(key, {})) & set(spec[key]):
                 raise ValueError(f"arm {arm!r}: {part} sets {', '.join(sorted(clash))}, which another part sets too")
@@ -275,12 +299,13 @@ def grid_base() -> dict:
 
 def arm_recipe(arm: str, tmp: str) -> str:
     """The recipe an arm runs: :func:`grid_base` changed as the arm's spec says, without the held-out callback and
-    the guard that selects on it (an arm is judged by its last step's weights)."""
+    the guard that selects on it (an arm is judged by its last step's weights), unless the arm brings its own
+    (``heldout``: then it is judged by the guard's weights, as make train's run is)."""
     spec = arm_spec(arm)
     recipe = grid_base()
     removed = (*HELDOUT_CALLBACKS, *spec.get("remove", ()))
     recipe["callbacks"] = [c for c in recipe.get("callbacks", []) if _name(c) not in removed] + list(
-        spec.get("callbacks", ()))
+        spec.get("callbacks", ())) + list(spec.get("heldout", ()))
     for key in spec.get("drop", ()):
         recipe.pop(key, None)
     recipe.update(spec.get("set", {}))
@@ -343,8 +368,10 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
-    trainer.save_model(out)
+    trainer.save_model(out)  # with a guard: the weights it handed back
+    guard = [h["heldout_guard/best_step"] for h in trainer.state.log_history if "heldout_guard/best_step" in h]
     return {"model": out, "steps": trainer.state.global_step, "seconds": seconds,
+            **({"guard_step": guard[-1]} if guard else {}),
             "generated": budget if budget_cb is None else budget_cb.generated,
             "a_groups": flat.first[1], "a_flat_before": flat.first[0] / flat.first[1] if flat.first[1] else float("nan"),
             "a_flat_after": logs.a_flat_after(arm, flat),

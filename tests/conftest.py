@@ -151,6 +151,7 @@ def load_script(path: Path | str, name: str | None = None):
         sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(name or path.stem, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import does: a dataclass in it looks its module up there
     spec.loader.exec_module(module)
     return module
 

@@ -186,7 +186,8 @@ def test_seed_table_pairs_each_run_by_position_and_gives_the_spread_over_runs(tm
 
 def test_every_grid_arm_is_a_valid_recipe_that_differs_from_the_shipped_one_as_named(tmp_path, monkeypatch):
     """The arms of docs/experiments/2026-11-27-grpo-grid-plan.md parse as recipes, their callbacks resolve, none keeps
-    the held-out guard, and each changes what its spec says."""
+    the recipe's held-out guard (an arm that brings its own, the B:-only anchor grid's ``guard``, has exactly that
+    one), and each changes what its spec says."""
     import yaml
 
     from rookgrpo.callbacks.registry import resolve_callbacks
@@ -199,7 +200,10 @@ def test_every_grid_arm_is_a_valid_recipe_that_differs_from_the_shipped_one_as_n
         path = bench.arm_recipe(arm, str(tmp_path))
         recipe = yaml.safe_load(open(path).read())
         names = [bench._name(c) for c in recipe["callbacks"]]
-        assert "heldout_guard" not in names and "chess_eval" not in names, arm
+        if "heldout" in bench.arm_spec(arm):
+            assert recipe["callbacks"][-2:] == bench.FRESH_GUARD and names.count("heldout_guard") == 1, arm
+        else:
+            assert "heldout_guard" not in names and "chess_eval" not in names, arm
         resolve_callbacks(recipe["callbacks"])
         _, config, _ = parse_recipe([path, "--output_dir", str(tmp_path / arm)])
         spec = bench.ARM_SPECS[arm]
@@ -281,6 +285,47 @@ def test_best_move_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     assert size["sd"] == pytest.approx(sd) and size["se_at_panel"] == pytest.approx(sd / math.sqrt(96))
     assert size["positions_needed"] == math.ceil((2 * sd / 0.02) ** 2) == 596
     assert bench.panel_size({"per_row": {}}, [{"per_row": {"best_move_accuracy": after}}]) is None
+
+
+def test_b_anchor_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
+    """docs/experiments/2026-11-29-b-anchor-grid-plan.md: best move and move-rank reward up at t >= 2, format and A:
+    exact above t -1; the supervised control never ships; with none meeting it, the arm that best holds format among
+    those whose best move rises."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script(REPO / "benchmarks" / "bench_b_anchor_grid.py")
+    bm = bench.bm
+    keys = [k for k, _ in bench.METRICS]
+    base = {**dict.fromkeys(keys, 0.5), "n_policy": 192, "n_env": 64}
+
+    def runs(best, fmt, rank):
+        return [{"seed": s, "eval": {**dict.fromkeys(keys, 0.5), "best_move_accuracy": b, "format_rate": f,
+                                     "move_rank_reward": r}, "p_format_flat": 0.8, "guard_step": 20 * s,
+                 "measured": {"commit": "c"}} for s, (b, f, r) in enumerate(zip(best, fmt, rank), 1)]
+
+    up, flat, down = [0.52, 0.53, 0.52, 0.53, 0.52], [0.5] * 5, [0.49, 0.48, 0.49, 0.48, 0.49]
+    control, b2e6, b1e5 = bench.ARMS[:3]
+    arms = {control: runs(up, down, up),  # format down
+            b2e6: runs(up, flat, flat),  # move-rank not up: misses this grid's rule (the last grid's would pass it)
+            b1e5: runs([0.51, 0.52, 0.51, 0.52, 0.51], flat, up),
+            "sft-only-PB": runs([0.6] * 5, flat, up)}  # the largest gain, but a control
+    decision = bm.decide(base, arms, bench.B_ANCHOR)
+    assert [a for a, r in decision["rules"].items() if r["meets_rule"]] == [b1e5, "sft-only-PB"]
+    assert decision["pick"] == b1e5
+    del arms[b1e5]
+    fallback = bm.decide(base, arms, bench.B_ANCHOR)  # none meets it: format held best, best move up
+    assert fallback["pick"] == b2e6 and fallback["why"].endswith("with best move up")
+    result = bench.main(["--from_result", str(_partial(tmp_path, base, arms))])
+    assert f"| {b2e6} − sft-only-PB |" in result["table"] and "guard's step" in result["table"]
+    assert result["command"].startswith("python benchmarks/bench_b_anchor_grid.py --from_result")
+    assert "2026-11-29-b-anchor-grid-plan.md" in result["description"]
+
+
+def _partial(tmp_path, base, runs):
+    import json
+
+    path = tmp_path / "grid.json.partial"
+    path.write_text(json.dumps({"start": base, "runs": runs}))
+    return path
 
 
 def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid(tmp_path, monkeypatch):

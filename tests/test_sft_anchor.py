@@ -75,6 +75,55 @@ def test_the_term_is_coef_times_the_completion_nll_scaled_for_accumulation(tmp_p
     assert replay2.extra_loss(trainer, model).item() == pytest.approx(first.item() / 4, rel=1e-4)
 
 
+def test_score_puts_the_loss_on_the_b_move_of_p_lines_and_on_whole_a_lines(tmp_path, generated_lines):
+    """``score: rookworld_best_move``: a P: line is scored on its B: move and end only, an A: line whole; the term is
+    coef x the NLL of exactly those tokens, computed by hand."""
+    from rookgrpo.chess.data import load_rookworld
+
+    trainer, data = _trainer(tmp_path, generated_lines, disable_dropout=True)
+    anchor = SFTAnchor(data=data, tasks=["P", "A"], coef=0.2, batch_size=6, score="rookworld_best_move")
+    anchor.bind(trainer)
+    tok = trainer.processing_class
+    rows = load_rookworld(data, tasks=["P", "A"])
+    for i, row in enumerate(rows):
+        line, (start, end) = anchor.lines[i], anchor.spans[i]
+        scored = tok.decode(line[start:end])
+        if row["task"] == "P":
+            assert scored.strip() == row["completion"].rsplit("B:", 1)[1].strip() + tok.eos_token, (i, scored)
+        else:
+            assert scored == row["completion"] + tok.eos_token
+    model = trainer.model
+    model.eval()
+    trainer.current_gradient_accumulation_steps = 1
+    replay = SFTAnchor(data=data, tasks=["P", "A"], coef=0.2, batch_size=6, score="rookworld_best_move")
+    replay.bind(trainer)
+    idx = replay._next_indices()
+    total, count = 0.0, 0
+    for i in idx:
+        ids = torch.tensor([anchor.lines[i]])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, :-1]
+        nll = F.cross_entropy(logits, ids[0, 1:], reduction="none")
+        start, end = anchor.spans[i]
+        total, count = total + nll[start - 1: end - 1].sum().item(), count + end - start
+    model.train()
+    assert anchor.extra_loss(trainer, model).item() == pytest.approx(0.2 * total / count, rel=1e-4)
+
+
+def test_score_names_any_tasks_part_by_path_and_a_part_that_selects_nothing_is_refused(tmp_path, generated_lines):
+    trainer, data = _trainer(tmp_path, generated_lines)
+    parts = tmp_path / "parts.py"
+    parts.write_text("def last_char(prompt, completion):\n    return (len(completion) - 1, len(completion))\n\n"
+                     "def nothing(prompt, completion):\n    return (0, 0)\n")
+    anchor = SFTAnchor(data=data, tasks=["A"], score=f"{parts}:last_char")
+    anchor.bind(trainer)
+    assert all(end - start == 2 for start, end in anchor.spans)  # the last character's token and EOS
+    with pytest.raises(ConfigError, match="selects no token"):
+        SFTAnchor(data=data, tasks=["A"], score=f"{parts}:nothing").bind(trainer)
+    with pytest.raises(ConfigError, match="sft_anchor.score"):
+        SFTAnchor(data=data, tasks=["A"], score="no_such_part").bind(trainer)
+
+
 def test_nan_logits_at_padding_do_not_reach_the_term(tmp_path, generated_lines):
     """The anchor reads the scored positions by index: a NaN at a pad position (a kernel's fault on a padded row)
     leaves the term and its gradient finite, where multiplying the padding by 0 made both NaN."""

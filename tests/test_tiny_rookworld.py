@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, read_json, run_cli, venv_bin
+from conftest import REPO, load_script, read_json, run_cli, venv_bin
 from rookgrpo.assets import TINY_ROOKWORLD, resolve_model
 
 pytestmark = pytest.mark.skipif(not (TINY_ROOKWORLD / "model.safetensors").exists(),
@@ -52,6 +52,28 @@ def test_the_guard_panel_is_carved_from_the_grpo_positions_by_whole_positions():
         return {position_key(p) for p in rows["prompt"]}
 
     assert not positions(val) & positions(grpo) and not positions(val) & positions(held_out)
+
+
+def test_the_fresh_validation_panel_is_in_no_packaged_file():
+    """rookgrpo/tiny-rookworld-val-fresh: 288 P: and 32 A: positions, one line each, in none of the packaged files (the
+    GRPO positions, the reported panel, the SFT sample); scripts/build_val_panel.py rebuilds it line for line."""
+    from collections import Counter
+
+    from rookgrpo.chess.assets import FRESH_VAL_ENV, FRESH_VAL_POLICY
+    from rookgrpo.chess.data import load_rookworld, position_key
+
+    fresh, train, held_out, sft = (load_rookworld(f"rookgrpo/tiny-rookworld-{name}")
+                                   for name in ("val-fresh", "train", "eval", "sft-sample"))
+    assert Counter(fresh["task"]) == {"P": FRESH_VAL_POLICY, "A": FRESH_VAL_ENV} == {"P": 288, "A": 32}
+
+    def positions(rows):
+        return {position_key(p) for p in rows["prompt"]}
+
+    assert len(positions(fresh)) == len(fresh)
+    assert not positions(fresh) & (positions(train) | positions(held_out) | positions(sft))
+    build = load_script(REPO / "scripts" / "build_val_panel.py")
+    lines, info = build.build(288, 32, seed=20261129, label_depth=8, max_plies=24, workers=2, progress=False)
+    assert lines == (TINY_ROOKWORLD / "val_positions.txt").read_text().splitlines()  # Stockfish at a fixed depth
 
 
 def test_the_packaged_model_knows_the_format(engine_settings):

@@ -48,7 +48,7 @@ from .errors import ConfigError
 
 #: What an object of each kind is called in messages.
 NOUNS = {"reward": "function", "callback": "Class", "format": "function", "evaluator": "function",
-         "model": "function", "dataset": "function"}
+         "model": "function", "dataset": "function", "part": "function"}
 #: What can be registered, with the recipe field that names it (used in error messages).
 KINDS = {
     "reward": "reward_funcs",
@@ -57,6 +57,7 @@ KINDS = {
     "evaluator": "evaluator",
     "model": "model_name_or_path",
     "dataset": "dataset_name",
+    "part": "sft_anchor.score",  # the part of a reference completion the anchor's loss is on
 }
 
 #: The packs that ship with rookgrpo: module -> (extra that installs its dependencies, the modules that extra brings).

@@ -21,11 +21,19 @@ Any task's reference answers anchor: ``data`` is read with ``format`` like a rec
 ``prompt`` and ``completion`` columns after it: a task pack's format such as ``rookworld`` makes them from its lines,
 and a prompt/completion file has them already); ``tasks`` keeps the rows of some tasks (a ``task`` column).
 
+``score`` puts the loss on a part of each reference completion, the rest of it staying context: a function
+``(prompt, completion) -> (start, end)`` giving the part's character span in the completion (``None``: the whole
+completion), named in the registry's grammar. The chess pack's ``rookworld_best_move`` scores a P: line on its B: move
+alone (and the line's end): the engine's best move taught without the reference M: and E: lists, whose random order
+teaches repeated moves (docs/experiments/2026-11-27-best-move-grid-plan.md, the side probe); an A: line, which has no
+B:, is scored whole. A task of your own names its part the same way (``score: my_task.py:answer_span``).
+
 Example recipe entries (A: lines of the packaged chess positions, 16 per loss; a prompt/completion file of your own)::
 
     callbacks:
       - {name: sft_anchor, data: rookgrpo/tiny-rookworld-train, tasks: [A], coef: 0.1, batch_size: 16}
       - {name: sft_anchor, data: train_answers.jsonl, coef: 0.05}
+      - {name: sft_anchor, data: rookgrpo/tiny-rookworld-grpo, tasks: [P, A], score: rookworld_best_move}
 """
 
 from __future__ import annotations
@@ -50,6 +58,9 @@ class SFTAnchor(RookCallback):
         coef: weight of the NLL term against the GRPO loss; > 0.
         batch_size: reference lines per loss.
         max_length: lines longer than this many tokens are truncated from the right (default: the model's context).
+        score: the part of each completion the loss is on: a function ``(prompt, completion) -> (start, end) | None``
+            (character span; ``None``: the whole completion), a registered name such as ``rookworld_best_move`` or a
+            path (``my_task.py:answer_span``). Default: the whole completion and its end.
 
     Example::
 
@@ -62,7 +73,8 @@ class SFTAnchor(RookCallback):
     state_key = "sft_anchor"
 
     def __init__(self, data: str = "rookgrpo/tiny-rookworld-train", tasks: list[str] | tuple[str, ...] | None = ("A",),
-                 coef: float = 0.1, batch_size: int = 16, max_length: int | None = None, format: str = "auto"):
+                 coef: float = 0.1, batch_size: int = 16, max_length: int | None = None, format: str = "auto",
+                 score=None):
         if not float(coef) > 0:
             raise ConfigError(f"sft_anchor: coef must be > 0, got {coef} (leave the callback out for no anchor).")
         if int(batch_size) < 1:
@@ -70,6 +82,7 @@ class SFTAnchor(RookCallback):
         self.data, self.tasks, self.coef = data, list(tasks) if tasks else None, float(coef)
         self.format = format
         self.batch_size, self.max_length = int(batch_size), max_length
+        self.score = score
         self.drawn = 0  # reference lines drawn so far (checkpointed: a resumed run continues the same order)
 
     def bind(self, trainer) -> None:
@@ -81,12 +94,30 @@ class SFTAnchor(RookCallback):
         limit = self.max_length or getattr(trainer.model.config, "n_positions", None) or \
             getattr(trainer.model.config, "max_position_embeddings", None) or 1024
         prompts = tok(list(rows["prompt"]), add_special_tokens=False)["input_ids"]
-        completions = tok(list(rows["completion"]), add_special_tokens=False)["input_ids"]
-        self.lines = [(p + c + [tok.eos_token_id])[:limit] for p, c in zip(prompts, completions)]
-        self.starts = [min(len(p), limit) for p in prompts]  # scored from here: the completion and EOS
+        part = self._part()
+        self.lines, self.spans = [], []  # token ids of each line, and the positions the loss scores (start, end)
+        for prompt_ids, prompt, completion in zip(prompts, rows["prompt"], rows["completion"]):
+            completion_ids, first, last = _scored_tokens(tok, prompt, completion, part)
+            line = (prompt_ids + completion_ids + [tok.eos_token_id])[:limit]
+            start, end = len(prompt_ids) + first, len(prompt_ids) + last
+            self.lines.append(line)
+            self.spans.append((min(start, len(line)), min(end, len(line))))
+        if not any(end > start for start, end in self.spans):
+            raise ConfigError(f"sft_anchor: score {self.score!r} selects no token of any reference completion in "
+                              f"{self.data!r}; the anchor would train nothing.")
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         self.seed = int(trainer.args.seed)
         self.prompts = set(rows["prompt"])
+
+    def _part(self):
+        """The ``score`` function, or ``None`` for whole completions."""
+        if self.score is None:
+            return None
+        if callable(self.score):
+            return self.score
+        from ..registry import load
+
+        return load("part", str(self.score))
 
     def load_rows(self):
         """The reference rows: ``data`` read with ``format``, kept to ``tasks``; prompt and completion columns."""
@@ -156,7 +187,8 @@ class SFTAnchor(RookCallback):
             line = self.lines[i]
             ids[row, : len(line)] = torch.tensor(line)
             attention[row, : len(line)] = 1
-            scored[row, self.starts[i]: len(line)] = True
+            start, end = self.spans[i]
+            scored[row, start:end] = True
         ids, attention, scored = ids.to(device), attention.to(device), scored.to(device)
         logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1]
         target, mask = ids[:, 1:], scored[:, 1:]
@@ -167,3 +199,30 @@ class SFTAnchor(RookCallback):
         nll = F.cross_entropy(logits[mask].float(), target[mask])
         log_metric(trainer, "sft_anchor/nll", float(nll.detach()))
         return self.coef * nll / trainer.current_gradient_accumulation_steps
+
+
+def _scored_tokens(tok, prompt: str, completion: str, part) -> tuple[list[int], int, int]:
+    """A completion's token ids and the range of them the loss scores, ``(ids, first, last)``, counting the EOS that
+    follows the completion as index ``len(ids)``: with no ``part`` (or a part that is ``None`` for this completion)
+    every completion token and the EOS; else the tokens that overlap the part's character span, and the EOS when the
+    part runs to the completion's end. Character offsets come from a fast tokenizer; a slow one tokenizes the text
+    before the part, the part and the rest one after the other."""
+    span = part(prompt, completion) if part is not None else None
+    if span is None:
+        ids = tok(completion, add_special_tokens=False)["input_ids"]
+        return ids, 0, len(ids) + 1
+    start, end = int(span[0]), int(span[1])
+    to_end = end >= len(completion.rstrip())
+    if getattr(tok, "is_fast", False):
+        enc = tok(completion, add_special_tokens=False, return_offsets_mapping=True)
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        inside = [i for i, (a, b) in enumerate(offsets) if b > start and a < end]
+    else:
+        head, middle = (tok(text, add_special_tokens=False)["input_ids"] for text in (completion[:start],
+                                                                                    completion[start:end]))
+        tail = tok(completion[end:], add_special_tokens=False)["input_ids"]
+        ids = head + middle + tail
+        inside = list(range(len(head), len(head) + len(middle)))
+    if not inside:
+        return ids, len(ids), len(ids) + (1 if to_end else 0)
+    return ids, inside[0], (len(ids) + 1) if to_end else inside[-1] + 1

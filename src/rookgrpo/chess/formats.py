@@ -327,3 +327,25 @@ def task_of(text: str) -> str | None:
     if stripped.startswith("A:"):
         return "A"
     return None
+
+
+def best_move_part(prompt: str, completion: str) -> tuple[int, int] | None:
+    """The character span of a P: completion's B: move, to the end of the line: the part ``sft_anchor`` scores with
+    ``score: rookworld_best_move`` (the engine's best move taught without the reference M: and E: lists, whose random
+    order teaches repeated moves). ``None`` for a completion with no ``B:`` (an A: line): scored whole.
+
+    >>> c = " M: e2e4 d2d4 E: 0.3 0.2 B: e2e4"
+    >>> start, end = best_move_part("P: fen", c)
+    >>> c[start:end]
+    'e2e4'
+    >>> best_move_part("A: fen+e2e4+e2e4+", "fen2+0.001+0+0") is None
+    True
+    """
+    at = completion.rfind("B:")
+    if at < 0:
+        return None
+    start = at + 2
+    while start < len(completion) and completion[start].isspace():
+        start += 1
+    end = len(completion.rstrip())
+    return (start, end) if end > start else None

@@ -5,10 +5,12 @@ is a system binary the rewards look for when a run starts).
 - rewards: ``chess_format``, ``chess_legality``, ``chess_best_move``, ``chess_move_rank``, ``chess_candidates``,
   ``chess_evals``, ``chess_env``, ``chess_env_board`` (:mod:`rookgrpo.chess.rewards`);
 - dataset format ``rookworld`` (a ``text`` column of P:/A: lines; ``dataset_format: auto`` picks it for such data);
+- the completion part ``rookworld_best_move`` (a P: line's B: move), for ``sft_anchor``'s ``score``;
 - held-out evaluation: the ``chess_eval`` callback (:class:`rookgrpo.chess.heldout.ChessEval`), which the held-out
   guard selects on;
 - packaged files: the model ``rookgrpo/tiny-rookworld`` and its positions (``-train``, ``-eval``, ``-sft-sample``,
-  and the ``-grpo`` / ``-val`` split of the training positions).
+  and the ``-grpo`` / ``-val`` split of the training positions; ``-val-fresh``, a larger validation panel of fresh
+  positions).
 """
 
 from ..assets import TINY_ROOKWORLD, register_dataset, register_model
@@ -21,6 +23,8 @@ for _name in REWARDS:
     register("reward", _name, f"rookgrpo.chess.rewards:{_name}")
 register("callback", "chess_eval", "rookgrpo.chess.heldout:ChessEval")
 register("format", "rookworld", "rookgrpo.chess.data:rookworld_format")
+# The part of a P: reference line the SFT anchor can be scored on: its B: move (sft_anchor's score).
+register("part", "rookworld_best_move", "rookgrpo.chess.formats:best_move_part")
 register_format_detector("rookworld", lambda columns, prompt_column: "text" in columns and prompt_column not in columns)
 
 register_model("tiny-rookworld", "rookgrpo.chess.assets:tiny_rookworld")
@@ -33,3 +37,4 @@ register_dataset("tiny-rookworld-sft-sample", TINY_ROOKWORLD / "sft_sample.txt")
 # the reported panel, is disjoint from both.
 register_dataset("tiny-rookworld-grpo", "rookgrpo.chess.assets:grpo_positions")
 register_dataset("tiny-rookworld-val", "rookgrpo.chess.assets:val_positions")
+register_dataset("tiny-rookworld-val-fresh", "rookgrpo.chess.assets:fresh_val_positions")
