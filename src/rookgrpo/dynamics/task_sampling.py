@@ -17,7 +17,6 @@ optimisation step that reuses them (``steps_per_generation``, ``num_iterations``
 from __future__ import annotations
 
 import functools
-import json
 import types
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -32,17 +31,12 @@ SETTINGS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 def parse_task_generation_kwargs(value: Any) -> dict[str, dict[str, Any]] | None:
     """Validate ``task_generation_kwargs`` (a mapping, or its JSON text from the command line)."""
-    if value is None or value == "":
+    from ..config import json_mapping
+
+    value = json_mapping(value, "task_generation_kwargs (a mapping task → settings)",
+                         '{"P": {"temperature": 0.5, "top_p": 0.9}, "A": {"temperature": 0.95}}')
+    if value is None:
         return None
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"task_generation_kwargs: not valid JSON ({exc}). Example: "
-                              '\'{"P": {"temperature": 0.5}, "A": {"temperature": 0.95}}\'.') from exc
-    if not isinstance(value, dict) or not value:
-        raise ConfigError("task_generation_kwargs: expected a mapping task → settings, e.g. "
-                          "{P: {temperature: 0.5, top_p: 0.9}, A: {temperature: 0.95}}.")
     out = {}
     for task, settings in value.items():
         if not isinstance(settings, dict):
