@@ -173,29 +173,10 @@ def _fall_back_to_cpu(args) -> None:
                    ", ".join(changed))
 
 
-def json_mapping(value, name: str, example: str) -> dict | None:
-    """A config field that holds a mapping, given as one or as its JSON text (the command line's form); ``None`` for
-    an empty value. ``example`` is shown in the error for anything else.
-
-    >>> json_mapping('{"P": {"temperature": 0.5}}', "task_generation_kwargs", "{P: {temperature: 0.5}}")
-    {'P': {'temperature': 0.5}}
-    """
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        import json
-
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{name}: not valid JSON ({err}). Example: '{example}'.") from None
-    if not isinstance(value, dict) or not value:
-        raise ConfigError(f"{name}: expected a mapping, e.g. {example}; got {value!r}.")
-    return value
-
-
 def _parse_measured(value) -> dict[str, str] | None:
     """``measured_settings`` as {config field: where it was measured}; a field no config has is a typo, refused."""
+    from .registry import json_mapping
+
     value = json_mapping(value, "measured_settings", '{"learning_rate": "docs/experiments/my_grid.md"}')
     if value is None:
         return None

@@ -194,6 +194,25 @@ def unknown_message(kind: str, name: str) -> str:
             f"'pkg.module:{noun}', 'path/to/file.py:{noun}', either with arguments as {{name: ..., arg: value}}.")
 
 
+def json_mapping(value, name: str, example: str) -> dict | None:
+    """A config field that holds a mapping, given as one or as its JSON text (the command line's form); ``None`` for
+    an empty value. ``example`` is shown in the error for anything else.
+
+    >>> json_mapping('{"P": {"temperature": 0.5}}', "task_generation_kwargs", "{P: {temperature: 0.5}}")
+    {'P': {'temperature': 0.5}}
+    """
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{name}: not valid JSON ({err}). Example: '{example}'.") from None
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{name}: expected a mapping, e.g. {example}; got {value!r}.")
+    return value
+
+
 def split_spec(spec: Any, kind: str) -> tuple[Any, dict]:
     """``(name_or_object, kwargs)`` of a recipe entry in any of the grammar's forms.
 

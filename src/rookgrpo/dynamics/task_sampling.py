@@ -31,7 +31,7 @@ SETTINGS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 def parse_task_generation_kwargs(value: Any) -> dict[str, dict[str, Any]] | None:
     """Validate ``task_generation_kwargs`` (a mapping, or its JSON text from the command line)."""
-    from ..config import json_mapping
+    from ..registry import json_mapping
 
     value = json_mapping(value, "task_generation_kwargs (a mapping task → settings)",
                          '{"P": {"temperature": 0.5, "top_p": 0.9}, "A": {"temperature": 0.95}}')
