@@ -60,9 +60,10 @@ RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
 # The arms are changes to the recipe as it was when the grid ran (commit f5efa08, before the grid's winner shipped):
 # the shipped recipe with the shipped arm's changes undone (grid_base). The shipped arm is the GRPO grid's winner
 # (docs/experiments/2026-11-27-grpo-grid-plan.md) with the best-move grid's pick (learning rate 2e-6 in place of 1e-5,
-# docs/experiments/2026-11-27-best-move-grid-plan.md). A test checks that it is the shipped recipe, less the held-out
-# evaluation and guard, so the two cannot drift apart.
-SHIPPED_ARM = "lr2e-6-cosine+anchor-0.1"
+# docs/experiments/2026-11-27-best-move-grid-plan.md) and the B:-only anchor grid's (the anchor also on P: lines'
+# B: move, the guard on the fresh panel selecting on best move too: docs/experiments/2026-11-29-b-anchor-grid-plan.md).
+# A test checks that it is the shipped recipe, held-out evaluation and guard included, so the two cannot drift apart.
+SHIPPED_ARM = "lr2e-6-cosine+anchor-PB-0.1+guard"
 BEFORE_GRID = {"learning_rate": 5e-5, "lr_scheduler_type": "constant_with_warmup"}  # what SHIPPED_ARM's fields were
 # Each arm: how it differs from the recipe before the grid (grid_base). ``set`` overrides recipe fields, ``drop``
 # removes recipe keys, ``callbacks`` adds recipe callback entries, ``remove`` drops the recipe's callbacks of those
