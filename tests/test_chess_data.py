@@ -186,6 +186,41 @@ def test_comparison_pairs_the_rows_of_the_same_prompts():
     assert "treated as independent" in format_comparison(legacy, after)
 
 
+def test_the_evaluation_keeps_every_answer_and_names_the_format_failures_a_change_adds(generated_lines,
+                                                                                    engine_settings):
+    """GRPO lowered greedy format by one to three answers in 192 and the evaluation kept pass/fail only, so what the
+    new failures were went unmeasured: the answers are kept, counted by kind, and the comparison lists the kinds."""
+    from rookgrpo.chess.evaluate import PER_ROW_KEYS, format_comparison, format_failure_changes, format_table
+
+    rows = [rookworld_row(l) for l in generated_lines]
+    p_rows = [r for r in rows if r["task"] == "P"][:4]
+    a_row = next(r for r in rows if r["task"] == "A")
+    prompts = [a_row["prompt"]] + [r["prompt"] for r in p_rows]  # an A: row first: P: answers map by task
+    right = [r["completion"] for r in p_rows]
+    line = parse_policy(" " + right[1])  # its first move again in place of its last (or twice if it lists one)
+    moves, evals = (line.moves[:-1], line.eval_texts[:-1]) if len(line.moves) > 1 else (line.moves, line.eval_texts)
+    repeated = f" M: {' '.join(moves + line.moves[:1])} E: {' '.join(evals + line.eval_texts[:1])} B: {line.best}"
+    before = score(prompts, [a_row["completion"], right[0], right[1], right[2], "junk"], ["A"] + ["P"] * 4,
+                   engine_settings)
+    after = score(prompts, [a_row["completion"], right[0], repeated, " M: E: B:", right[3]], ["A"] + ["P"] * 4,
+                  engine_settings)
+    assert after["completions"] == {"P": [right[0], repeated, " M: E: B:", right[3]], "A": [a_row["completion"]]}
+    assert after["format_failures"] == {"M: repeated move": 1, "M: no moves": 1, "B: missing move": 1}
+    assert before["format_failures"] == {"M: missing": 1, "E: missing": 1, "B: missing move": 1}
+    assert "ill-formed P: answers by kind: M: repeated move (1), M: no moves (1), B: missing move (1)" in \
+        format_table(after)
+    changes = format_failure_changes(before, after)
+    assert changes == {"broke": [1, 2], "fixed": [3],
+                       "broke_kinds": {"M: repeated move": 1, "M: no moves": 1, "B: missing move": 1}}
+    text = format_comparison(before, after)
+    assert "P: answers well-formed before, ill-formed after: 2; after's errors: M: repeated move (1)" in text
+    assert "P: answers ill-formed before, well-formed after: 1" in text
+    # A summary leaves the answers out; without them (an older evaluation) the comparison has no such lines.
+    assert "completions" in PER_ROW_KEYS
+    old = {k: v for k, v in after.items() if k != "completions"}
+    assert format_failure_changes(before, old) is None and "ill-formed after" not in format_comparison(before, old)
+
+
 def test_copies_of_a_prompt_count_once_in_the_errors(generated_lines, engine_settings):
     """The packaged held-out file holds some A: lines 7 times (a generator replaying an opening writes the same line
     again). Greedy decoding answers every copy alike, so copies must not shrink a standard error or inflate a z."""

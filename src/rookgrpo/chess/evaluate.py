@@ -6,7 +6,8 @@ the share of the most frequent B: move (a policy collapsing onto one generic mov
 next-state accuracy and mean environment reward, and two ways an answer earns 0 that the reward does not tell apart:
 the input board copied although the move changes it, and a board that is not one (not 8 ranks of 8 squares). Each
 metric comes with its standard error over positions, so a before/after difference can be told from noise. The same
-reward code scores training, so the numbers agree.
+reward code scores training, so the numbers agree. Every answer is kept (``completions``, per task), and the ill-formed
+P: answers are counted by kind (``format_failures``), so two evaluations show which answers a run broke, and how.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine import EngineSettings, get_pool
-from .formats import board_from_fen, is_legal, parse_policy
+from .formats import board_from_fen, format_failures, is_legal, parse_policy
 from ..errors import ConfigError
 from ..evaluation import complete, generate_completions  # noqa: F401 (complete: re-exported)
 from ..evaluation import mean_se, pick_device, prompt_clusters, reference_nll
@@ -28,7 +29,7 @@ from .rewards import ChessBestMove, ChessEnv, ChessFormat, ChessMoveRank, env_fa
 
 
 # The per-row entries of an evaluation: what a summary (build_info.json, a benchmark's record) leaves out.
-PER_ROW_KEYS = ("per_row", "per_row_cluster")
+PER_ROW_KEYS = ("per_row", "per_row_cluster", "completions")
 
 
 def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[str],
@@ -57,6 +58,9 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
         top_move, _ = counts.most_common(1)[0] if counts else (None, 0)
         per_metric["top_move_share"] = [float(bool(b) and b == top_move) for b in bests]
         metrics.update(top_move=top_move, distinct_moves=len(counts))
+        # Why the ill-formed answers fail, by kind (an answer counts once per kind): the format rate alone cannot tell
+        # a repeated M: move from a missing B: field.
+        metrics["format_failures"] = dict(Counter(k for c in pc for k in format_failures(c)).most_common())
     if a_idx:
         env = ChessEnv()([prompts[i] for i in a_idx], [completions[i] for i in a_idx])
         per_metric["env_exact_accuracy"] = [float(x == 1.0) for x in env]
@@ -77,6 +81,8 @@ def score(prompts: Sequence[str], completions: Sequence[str], tasks: Sequence[st
     metrics["per_row"] = per_metric
     metrics["per_row_cluster"] = per_cluster
     metrics["prompts_sha1"] = hashlib.sha1("\n".join(prompts).encode()).hexdigest()
+    # Every answer, per task in the order of its per-row values (format_failure_changes reads them).
+    metrics["completions"] = {"P": [str(completions[i]) for i in p_idx], "A": [str(completions[i]) for i in a_idx]}
     return metrics
 
 
@@ -238,6 +244,9 @@ def format_table(metrics: dict[str, Any]) -> str:
     for key, label in METRIC_ROWS:
         if key in metrics:
             lines.append(f"{label:44s} {metrics[key]:8.3f} {metrics[key + '_se']:8.3f}")
+    if metrics.get("format_failures"):
+        kinds = ", ".join(f"{k} ({n})" for k, n in metrics["format_failures"].items())
+        lines.append(f"ill-formed P: answers by kind: {kinds}")
     decoding = f"sampled at T={metrics['temperature']}, seed {metrics.get('seed', 0)}" \
         if metrics.get("temperature") else "greedy"
     lines.append(f"(P: rows {_rows(metrics, 'policy')}, A: rows {_rows(metrics, 'env')}; {decoding})")
@@ -278,7 +287,37 @@ def format_comparison(before: dict[str, Any], after: dict[str, Any]) -> str:
            "the evaluations treated as independent (not the same prompts, or no per-row values)")
     lines.append(f"(P: rows {_rows(after, 'policy')}, A: rows {_rows(after, 'env')}; z = change / standard error of "
                  f"the change, {how})")
+    changes = format_failure_changes(before, after)
+    if changes is not None:
+        kinds = ", ".join(f"{k} ({n})" for k, n in changes["broke_kinds"].items())
+        lines.append(f"P: answers well-formed before, ill-formed after: {len(changes['broke'])}"
+                     + (f"; after's errors: {kinds}" if kinds else ""))
+        lines.append(f"P: answers ill-formed before, well-formed after: {len(changes['fixed'])}")
     return "\n".join(lines)
+
+
+def format_failure_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    """The P: answers whose greedy format changed between two evaluations of the same prompts, row by row.
+
+    ``broke`` / ``fixed``: the row indices that were well-formed before and not after / the other way round;
+    ``broke_kinds``: the after side's error kinds (:func:`~rookgrpo.chess.formats.format_failures`) on the broken rows,
+    counted once per row. ``None`` when either evaluation has no per-row format values, the after side has no answers
+    (an evaluation written before they were kept), or the prompts differ.
+
+    >>> row = lambda ok, answers: {"prompts_sha1": "s", "per_row": {"format_rate": ok}, "completions": {"P": answers}}
+    >>> good, repeated = " M: e2e4 E: 0.3 B: e2e4", " M: e2e4 e2e4 E: 0.3 0.3 B: e2e4"
+    >>> format_failure_changes(row([1.0, 1.0], [good, good]), row([1.0, 0.0], [good, repeated]))
+    {'broke': [1], 'fixed': [], 'broke_kinds': {'M: repeated move': 1}}
+    """
+    ok_b, ok_a = (m.get("per_row", {}).get("format_rate") for m in (before, after))
+    answers = after.get("completions", {}).get("P")
+    if not ok_b or not ok_a or len(ok_b) != len(ok_a) or before.get("prompts_sha1") != after.get("prompts_sha1") \
+            or answers is None or len(answers) != len(ok_a):
+        return None
+    broke = [i for i, (b, a) in enumerate(zip(ok_b, ok_a)) if b == 1.0 and a == 0.0]
+    fixed = [i for i, (b, a) in enumerate(zip(ok_b, ok_a)) if b == 0.0 and a == 1.0]
+    kinds = Counter(k for i in broke for k in format_failures(answers[i]))
+    return {"broke": broke, "fixed": fixed, "broke_kinds": dict(kinds.most_common())}
 
 
 def write_json(metrics: dict[str, Any], path: str | Path) -> None:

@@ -158,6 +158,20 @@ def parse_policy(text: str) -> PolicyLine:
     return line
 
 
+def format_failures(completion: str) -> list[str]:
+    """The kinds of format error in a P: completion (the fields :class:`~rookgrpo.chess.rewards.ChessFormat` scores),
+    with the answer's own moves and numbers left out, so the errors of many answers can be counted by kind.
+
+    >>> format_failures(" M: e2e4 zz E: 0.3 B:")
+    ['M: X is not a UCI move', 'E: N evals for N moves', 'B: missing move']
+    >>> format_failures(" M: e2e4 e2e4 E: 0.3 0.3 B: e2e4"), format_failures(" M: e2e4 E: 0.3 B: e2e4")
+    (['M: repeated move'], [])
+    """
+    errors = parse_policy(" " + str(completion).split("\n", 1)[0]).errors
+    kinds = (re.sub(r"\d+", "N", re.sub(r"'[^']*'", "X", e)) for e in errors if e[:2] in ("M:", "E:", "B:"))
+    return list(dict.fromkeys(kinds))
+
+
 def render_policy(line: PolicyLine, layout: str = PADDED) -> str:
     """Render a policy line in the ``padded`` (RookWorld) or ``compact`` layout."""
     moves, evals = " ".join(line.moves), " ".join(line.eval_texts)
