@@ -2,7 +2,8 @@
 
 Each run column is the change against ``--before`` with its z (``rookgrpo evaluate --baseline`` computes the same,
 paired by position); the last column is the mean change over the runs ± its standard error over runs (the spread a
-reader of one run should expect), or ± half the difference when there are two runs.
+reader of one run should expect), or ± half the difference when there are two runs. When the evaluations kept their
+answers, a second table counts the P: answers each run broke and fixed, by what is wrong with the broken ones.
 
     python benchmarks/seed_table.py --before runs/eval_before.json \
         --runs s42=runs/fused-s42/eval_after.json s43=runs/fused-s43/eval_after.json
@@ -79,6 +80,35 @@ def table(before: dict, runs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def failure_table(before: dict, runs: dict[str, dict]) -> str | None:
+    """The P: answers each run broke (well-formed before, ill-formed after), by what is wrong with them after
+    (:func:`rookgrpo.chess.evaluate.format_failure_changes`), and those it fixed; ``None`` when an evaluation has no
+    answers (one written before ``rookgrpo evaluate`` kept them).
+
+    >>> ok, extra = " M: e2e4 d2d4 E: 0.3 0.2 B: e2e4", " M: e2e4 d2d4 E: 0.3 0.2 0.0 B: e2e4"
+    >>> ev = lambda *answers: {"prompts_sha1": "s", "completions": {"P": list(answers)},
+    ...                        "per_row": {"format_rate": [float(a == ok) for a in answers]}}
+    >>> print(failure_table(ev(ok, ok), {"seed 1": ev(ok, extra), "seed 2": ev(ok, ok)}))
+    | P: answers | seed 1 | seed 2 | all runs |
+    | --- | --- | --- | --- |
+    | well-formed before, ill-formed after | 1 | 0 | 1 |
+    | … E: N evals for N moves | 1 | 0 | 1 |
+    | ill-formed before, well-formed after | 0 | 0 | 0 |
+    """
+    from rookgrpo.chess.evaluate import format_failure_changes
+
+    changes = {name: format_failure_changes(before, run) for name, run in runs.items()}
+    if any(c is None for c in changes.values()):
+        return None
+    kinds = list(dict.fromkeys(k for c in changes.values() for k in c["broke_kinds"]))
+    rows = [("well-formed before, ill-formed after", [len(c["broke"]) for c in changes.values()])]
+    rows += [(f"… {k}", [c["broke_kinds"].get(k, 0) for c in changes.values()]) for k in kinds]
+    rows.append(("ill-formed before, well-formed after", [len(c["fixed"]) for c in changes.values()]))
+    lines = ["| P: answers | " + " | ".join(runs) + " | all runs |", "| --- |" + " --- |" * (len(runs) + 1)]
+    lines += [f"| {label} | " + " | ".join(map(str, counts)) + f" | {sum(counts)} |" for label, counts in rows]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, help="the start's evaluation (rookgrpo evaluate --out)")
@@ -91,7 +121,12 @@ def main(argv=None) -> int:
         if not sep or not name or not path:
             ap.error(f"--runs: expected NAME=EVAL.json, got {item!r}")
         runs[name] = json.loads(open(path).read())
-    print(table(json.loads(open(args.before).read()), runs))
+    before = json.loads(open(args.before).read())
+    print(table(before, runs))
+    failures = failure_table(before, runs)
+    if failures:  # what the format changes were, when the evaluations kept their answers
+        print("\nGreedy format, answer by answer (a broken answer counts once per kind of error):\n")
+        print(failures)
     return 0
 
 
