@@ -84,6 +84,20 @@ def test_constant_evals_earn_nothing_where_evals_are_judged():
     assert table.rows["legal move repeated"]["chess_legality"] == pytest.approx(2 / 6)
 
 
+def test_an_eval_list_one_longer_than_the_moves_is_charged_by_chess_format_alone():
+    """The known hole GRPO broke greedy format through in the shipped recipe's make train runs (docs/rewards.md):
+    only chess_format reads the E: count, so the answer keeps every other component's full credit. Pinned as it is
+    until a grid measures a reward that charges it; a fix changes this test."""
+    funcs, weights, settings = recipe_rewards({**yaml.safe_load((REPO / "recipes" / "rookworld-tiny.yaml").read_text()),
+                                               "stockfish_depth": 6, "stockfish_workers": 2})
+    table = audit(funcs, weights, load_rookworld("rookgrpo/tiny-rookworld-eval")["text"], settings, n=40)[0]
+    extra, best = table.rows["one eval too many"], table.rows["engine best"]
+    assert extra["chess_format"] == pytest.approx(2 / 3) and best["chess_format"] == 1.0
+    for name in ("chess_legality", "chess_move_rank", "chess_candidates", "chess_evals"):
+        assert extra[name] == pytest.approx(best[name]), name
+    assert table.share("one eval too many") == pytest.approx(1 - 0.25 / 3 / best["total"])
+
+
 @pytest.mark.slow
 def test_audit_command_prints_and_writes_the_tables(tmp_path):
     out = tmp_path / "audit.json"

@@ -17,7 +17,10 @@ Policy task (``P:`` rows), each a full completion (``M: ... E: ... B: ...``):
 - ``best move repeated``: M: the engine's best five times with its eval, B: the best (what a model writes that has
   not learned to leave out a listed move, under greedy decoding);
 - ``legal move repeated``: M: the ``random legal`` answer's first move five times with E: 0.0, B: that move;
-- ``constant evals``: the reference with every eval replaced by 0.0.
+- ``constant evals``: the reference with every eval replaced by 0.0;
+- ``one eval too many``: the reference with a ``0.0`` eval after the last (E: one longer than M:): every ill-formed
+  answer GRPO added in the shipped recipe's ``make train`` runs had an E: list one longer or shorter than its M: list
+  (docs/results.md).
 
 Environment task (``A:`` rows; when the data has none, one per ``P:`` position playing its B: label), split into
 rows whose move is legal and rows whose move is illegal:
@@ -87,6 +90,7 @@ def policy_answers(fen: str, analysis: Analysis, rng: random.Random) -> dict[str
         "best move repeated": _line([top[0]] * 5, [evals[0]] * 5, top[0]),
         "legal move repeated": _line([sample[0]] * 5, ["0.0"] * 5, sample[0]),
         "constant evals": _line(top, ["0.0"] * len(top), top[0]),
+        "one eval too many": _line(top, [*evals, "0.0"], top[0]),
     }
 
 
