@@ -271,7 +271,7 @@ def main(argv=None, spec: Grid = BEST_MOVE, description: str | None = None):
     partial = Path(f"{args.out}.partial") if args.out else None
     runs: dict[str, list[dict]] = {a: [] for a in ARMS}
     base = evaluate("rookgrpo/tiny-rookworld", DATA, settings=settings, progress=False)
-    base = {k: v for k, v in base.items() if k not in ("samples", "per_row_cluster")}
+    base = {k: v for k, v in base.items() if k not in ("samples", "per_row_cluster", "completions")}
     if partial is not None and partial.exists():
         done = json.loads(partial.read_text())
         if changed := grid.same_start(done["start"], base):
