@@ -239,18 +239,30 @@ def _rows(metrics: dict[str, Any], task: str) -> str:
     return f"{n}" if distinct is None or distinct == n else f"{n} ({distinct} distinct)"
 
 
+def _kinds(counts: dict[str, int]) -> str:
+    """``"M: repeated move (3), B: missing move (1)"``."""
+    return ", ".join(f"{k} ({n})" for k, n in counts.items())
+
+
 def format_table(metrics: dict[str, Any]) -> str:
     lines = [f"{'metric':44s} {'value':>8s} {'± se':>8s}", "-" * 62]
     for key, label in METRIC_ROWS:
         if key in metrics:
             lines.append(f"{label:44s} {metrics[key]:8.3f} {metrics[key + '_se']:8.3f}")
     if metrics.get("format_failures"):
-        kinds = ", ".join(f"{k} ({n})" for k, n in metrics["format_failures"].items())
-        lines.append(f"ill-formed P: answers by kind: {kinds}")
+        lines.append(f"ill-formed P: answers by kind: {_kinds(metrics['format_failures'])}")
     decoding = f"sampled at T={metrics['temperature']}, seed {metrics.get('seed', 0)}" \
         if metrics.get("temperature") else "greedy"
     lines.append(f"(P: rows {_rows(metrics, 'policy')}, A: rows {_rows(metrics, 'env')}; {decoding})")
     return "\n".join(lines)
+
+
+def _same_rows(before: dict[str, Any], after: dict[str, Any], key: str) -> tuple[list, list] | None:
+    """Both evaluations' per-row values of ``key`` when they are of the same prompts, else ``None``."""
+    rows_b, rows_a = (m.get("per_row", {}).get(key) for m in (before, after))
+    if rows_b and rows_a and len(rows_b) == len(rows_a) and before.get("prompts_sha1") == after.get("prompts_sha1"):
+        return rows_b, rows_a
+    return None
 
 
 def paired(before: dict[str, Any], after: dict[str, Any], key: str) -> tuple[float, float, str]:
@@ -262,8 +274,9 @@ def paired(before: dict[str, Any], after: dict[str, Any], key: str) -> tuple[flo
     Otherwise the two are treated as independent samples, which overstates the error for the same positions.
     """
     diff = after[key] - before[key]
-    rows_b, rows_a = (m.get("per_row", {}).get(key) for m in (before, after))
-    if rows_b and rows_a and len(rows_b) == len(rows_a) and before.get("prompts_sha1") == after.get("prompts_sha1"):
+    rows = _same_rows(before, after, key)
+    if rows is not None:
+        rows_b, rows_a = rows
         clusters = after.get("per_row_cluster", {}).get(key) or before.get("per_row_cluster", {}).get(key)
         _, se = mean_se([a - b for a, b in zip(rows_a, rows_b)], clusters)
         return diff, se, "paired"
@@ -289,9 +302,8 @@ def format_comparison(before: dict[str, Any], after: dict[str, Any]) -> str:
                  f"the change, {how})")
     changes = format_failure_changes(before, after)
     if changes is not None:
-        kinds = ", ".join(f"{k} ({n})" for k, n in changes["broke_kinds"].items())
         lines.append(f"P: answers well-formed before, ill-formed after: {len(changes['broke'])}"
-                     + (f"; after's errors: {kinds}" if kinds else ""))
+                     + (f"; after's errors: {_kinds(changes['broke_kinds'])}" if changes["broke_kinds"] else ""))
         lines.append(f"P: answers ill-formed before, well-formed after: {len(changes['fixed'])}")
     return "\n".join(lines)
 
@@ -309,11 +321,11 @@ def format_failure_changes(before: dict[str, Any], after: dict[str, Any]) -> dic
     >>> format_failure_changes(row([1.0, 1.0], [good, good]), row([1.0, 0.0], [good, repeated]))
     {'broke': [1], 'fixed': [], 'broke_kinds': {'M: repeated move': 1}}
     """
-    ok_b, ok_a = (m.get("per_row", {}).get("format_rate") for m in (before, after))
+    rows = _same_rows(before, after, "format_rate")
     answers = after.get("completions", {}).get("P")
-    if not ok_b or not ok_a or len(ok_b) != len(ok_a) or before.get("prompts_sha1") != after.get("prompts_sha1") \
-            or answers is None or len(answers) != len(ok_a):
+    if rows is None or answers is None or len(answers) != len(rows[1]):
         return None
+    ok_b, ok_a = rows
     broke = [i for i, (b, a) in enumerate(zip(ok_b, ok_a)) if b == 1.0 and a == 0.0]
     fixed = [i for i, (b, a) in enumerate(zip(ok_b, ok_a)) if b == 0.0 and a == 1.0]
     kinds = Counter(k for i in broke for k in format_failures(answers[i]))

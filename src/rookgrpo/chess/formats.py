@@ -158,6 +158,15 @@ def parse_policy(text: str) -> PolicyLine:
     return line
 
 
+def scored_errors(line: PolicyLine) -> list[str]:
+    """The errors of the fields a P: answer's format is scored on (M:, E:, B:; not a repeated P:).
+
+    >>> scored_errors(parse_policy(" M: e2e4 E: 0.3 0.1 B: e2e4"))
+    ['E: 2 evals for 1 moves']
+    """
+    return [e for e in line.errors if e[:2] in ("M:", "E:", "B:")]
+
+
 def format_failures(completion: str) -> list[str]:
     """The kinds of format error in a P: completion (the fields :class:`~rookgrpo.chess.rewards.ChessFormat` scores),
     with the answer's own moves and numbers left out, so the errors of many answers can be counted by kind.
@@ -167,8 +176,8 @@ def format_failures(completion: str) -> list[str]:
     >>> format_failures(" M: e2e4 e2e4 E: 0.3 0.3 B: e2e4"), format_failures(" M: e2e4 E: 0.3 B: e2e4")
     (['M: repeated move'], [])
     """
-    errors = parse_policy(" " + str(completion).split("\n", 1)[0]).errors
-    kinds = (re.sub(r"\d+", "N", re.sub(r"'[^']*'", "X", e)) for e in errors if e[:2] in ("M:", "E:", "B:"))
+    errors = scored_errors(parse_policy(" " + str(completion).split("\n", 1)[0]))
+    kinds = (re.sub(r"\d+", "N", re.sub(r"'[^']*'", "X", e)) for e in errors)
     return list(dict.fromkeys(kinds))
 
 

@@ -47,6 +47,7 @@ from ..chess.formats import (
     parse_env,
     parse_env_completion,
     parse_policy,
+    scored_errors,
     task_of,
 )
 from ..rewards.registry import register_reward
@@ -179,7 +180,7 @@ class ChessFormat(ChessReward):
             if row is None:
                 out.append(None)
                 continue
-            bad = {e[0] for e in row.line.errors if e[:2] in ("M:", "E:", "B:")}
+            bad = {e[0] for e in scored_errors(row.line)}
             out.append((3 - len(bad)) / 3)
         return out
 
