@@ -36,11 +36,12 @@ help:
 setup: $(VENV)/.installed system-tools
 
 # Torch first: with no torch present, a plain `torch` requirement would pull the CUDA wheels (several GB).
-# The package with both task packs' extras and the test tools, at the versions in constraints.txt.
+# The package with both task packs' extras and the test tools, at the versions in constraints.txt (DeepSpeed as pure
+# Python: DS_BUILD_OPS=0; the one op its CPU runs need is compiled with gcc on first use, cached in ~/.cache).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
-	$(PIP) install -c constraints.txt -e ".[all,test]"
+	DS_BUILD_OPS=0 $(PIP) install -c constraints.txt -e ".[all,test]"
 	touch $@
 
 # Stockfish scores the chess rewards; bubblewrap isolates the code reward's sandbox (without it code_exec refuses to
@@ -78,7 +79,7 @@ test-oldest-trl:
 	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -c "import torch" 2>/dev/null || $(OLDEST_VENV)/bin/pip install "torch==$(TORCH_VERSION)"
 	grep -v '^trl==' constraints.txt > $(OLDEST_VENV)/constraints.txt
-	$(OLDEST_VENV)/bin/pip install -c $(OLDEST_VENV)/constraints.txt "trl==$(OLDEST_TRL)" -e ".[all,test]"
+	DS_BUILD_OPS=0 $(OLDEST_VENV)/bin/pip install -c $(OLDEST_VENV)/constraints.txt "trl==$(OLDEST_TRL)" -e ".[all,test]"
 	$(OLDEST_VENV)/bin/python -c "import trl; assert trl.__version__ == '$(OLDEST_TRL)', trl.__version__"
 	$(OLDEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
 

@@ -161,25 +161,50 @@ def test_the_mask_guard_touches_only_the_trainers_models(float64_model, tmp_path
 
 
 def test_training_runs_without_the_cudnn_backend_on_cuda(tiny_model_dir, smoke_dataset, tmp_path, monkeypatch):
-    """The training step runs inside the backend guard with the trainer's device; on CUDA the guard switches cuDNN's
-    SDPA off (and restores it), unless allowed."""
+    """The training loss's forward (whose backward runs the kernels it chose) runs inside the backend guard with the
+    trainer's device, once per training loss; generation and the reference's scoring run outside it, with every
+    backend, as in TRL. On CUDA the guard switches cuDNN's SDPA off (and restores it), unless allowed."""
+    import contextlib
+
     import rookgrpo.trainer as trainer_module
     from rookgrpo import RookGRPOTrainer
     from rookgrpo.dynamics.attention import sdpa_backend_guard
 
-    calls = []
+    calls, inside, seen = [], [False], []
 
+    @contextlib.contextmanager
     def recording_guard(device, allow_cudnn=False):
         calls.append((torch.device(device).type, allow_cudnn))
-        return sdpa_backend_guard(device, allow_cudnn)
+        inside[0] = True
+        try:
+            with sdpa_backend_guard(device, allow_cudnn):
+                yield
+        finally:
+            inside[0] = False
+
+    generate = RookGRPOTrainer._generate
+    scoring = RookGRPOTrainer._get_per_token_logps_and_entropies
+
+    def recording_generate(self, prompts):
+        seen.append(("generate", inside[0]))
+        return generate(self, prompts)
+
+    def recording_scoring(self, *args, **kwargs):
+        seen.append(("logps", inside[0], torch.is_grad_enabled()))
+        return scoring(self, *args, **kwargs)
 
     monkeypatch.setattr(trainer_module, "sdpa_backend_guard", recording_guard)
+    monkeypatch.setattr(RookGRPOTrainer, "_generate", recording_generate)
+    monkeypatch.setattr(RookGRPOTrainer, "_get_per_token_logps_and_entropies", recording_scoring)
     for allow in (False, True):
-        calls.clear()
-        args = tiny_grpo_args(tmp_path / str(allow), max_steps=1, allow_cudnn_attention=allow)
+        calls.clear(), seen.clear()
+        args = tiny_grpo_args(tmp_path / str(allow), max_steps=1, allow_cudnn_attention=allow, beta=0.1)
         RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=["uci_charset"], args=args,
                         train_dataset=smoke_dataset).train()
         assert calls == [("cpu", allow)]
+        assert ("generate", False) in seen and ("logps", False, False) in seen  # reference scoring: outside
+        assert ("logps", True, True) in seen  # the training loss's policy pass: inside
+        assert not [s for s in seen if s[0] == "generate" and s[1]]
     assert torch.backends.cuda.cudnn_sdp_enabled()
     with sdpa_backend_guard(torch.device("cuda")):
         assert not torch.backends.cuda.cudnn_sdp_enabled()
@@ -199,6 +224,77 @@ def test_eager_models_are_left_alone(tiny_model_dir, smoke_dataset, tmp_path):
                               train_dataset=smoke_dataset)
     assert trainer.model.config._attn_implementation == "eager"
     assert trainer._guarded_masks == [] and not _is_guarded(trainer.model.config)
+
+
+def _tiny_qwen2_5_vl():
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                vocab_size=64, max_position_embeddings=64, rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]})
+    vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32,
+                  fullatt_block_indexes=[0])
+    config = Qwen2_5_VLConfig(text_config=text, vision_config=vision, attn_implementation="sdpa", vocab_size=64,
+                              eos_token_id=1, pad_token_id=0)
+    torch.manual_seed(0)
+    return Qwen2_5_VLForConditionalGeneration(config).eval()
+
+
+def _fully_masked_rows_seen(model, monkeypatch) -> list[bool]:
+    """A left-padded text-only forward of ``model``: for each boolean SDPA mask it built, whether a row is all False."""
+    masks = []
+
+    def recording_sdpa(*args, **kwargs):
+        masks.append(kwargs.get("attn_mask"))
+        return cudnn_emulation.STOCK_SDPA(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording_sdpa)
+    ids = torch.randint(3, 60, (2, 6), generator=torch.Generator().manual_seed(1))
+    keep = torch.ones(2, 6, dtype=torch.long)
+    keep[1, :3] = 0
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=keep)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", cudnn_emulation.STOCK_SDPA)
+    return [bool((~m.any(-1)).any()) for m in masks if isinstance(m, torch.Tensor) and m.dtype == torch.bool]
+
+
+def test_the_mask_guard_reaches_a_vision_language_models_text_masks(monkeypatch):
+    """Qwen2.5-VL's text model builds its masks from its text sub-config: the guard registers it (a guard of the
+    top-level config alone reported the model guarded and left its fully masked rows)."""
+    from types import SimpleNamespace
+
+    from rookgrpo.dynamics.attention import _is_guarded, guard_masks, unguarded_roles
+
+    model = _tiny_qwen2_5_vl()
+    trainer = SimpleNamespace(model=model, ref_model=None)
+    assert _fully_masked_rows_seen(model, monkeypatch) == [True]  # transformers' mask: the pad rows fully masked
+    try:
+        assert guard_masks(trainer) == ["policy"] and _is_guarded(model.config.get_text_config())
+        assert _fully_masked_rows_seen(model, monkeypatch) == [False]
+        assert unguarded_roles(trainer) == []  # a mask was built through the registry for the guarded configs
+    finally:
+        guard_masks(trainer, enabled=False)
+    assert not _is_guarded(model.config.get_text_config())
+
+
+def test_a_model_whose_masks_the_guard_cannot_reach_is_named_once(tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    """A model that builds its masks itself (here: transformers' mask registry bypassed for the run) is named once
+    at warning level after the first training loss, not reported guarded in silence."""
+    from rookgrpo import RookGRPOTrainer
+    from rookgrpo.dynamics import attention
+
+    args = tiny_grpo_args(tmp_path, max_steps=2)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=["uci_charset"], args=args,
+                              train_dataset=smoke_dataset)
+    assert trainer._guarded_masks == ["policy"]
+    attention._SEEN.clear()
+    original, attention._SEEN = attention._SEEN, type("NeverSeen", (set,), {"add": lambda self, x: None})()
+    try:
+        with caplog.at_level("WARNING", logger="rookgrpo.trainer"):
+            trainer.train()
+    finally:
+        attention._SEEN = original
+    said = [r for r in caplog.records if "no_fully_masked_rows" in r.getMessage()]
+    assert len(said) == 1 and "the policy built no attention mask" in said[0].getMessage()
 
 
 def test_unused_import_guard():

@@ -328,6 +328,27 @@ def test_tensorboard_logs_are_read_or_the_missing_package_is_named(tmp_path):
         assert load_history(tmp_path).entries == []
 
 
+def test_tensorboard_runs_under_one_folder_are_read_one_by_one_newest_last(tmp_path):
+    """transformers writes each run's events to runs/%b%d_%H-%M-%S_host: two runs under one folder are two histories,
+    ordered by when they ran (the folder names sort 'Dec' before 'Nov'), never one log merged by step."""
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    from rookgrpo.doctor.history import load_histories
+
+    for folder, rewards, wall in (("Nov30_10-00-00_host", [0.1, 0.2, 0.3], 1_700_000_000),
+                                  ("Dec01_10-00-00_host", [0.9, 0.8, 0.7, 0.6], 1_700_100_000)):
+        writer = SummaryWriter(str(tmp_path / "runs" / folder))
+        for step, value in enumerate(rewards, 1):
+            writer.add_scalar("train/reward", value, step, walltime=wall + step)
+        writer.close()
+    older, newer = load_histories(tmp_path)
+    assert older.curve("reward") == ([1, 2, 3], pytest.approx([0.1, 0.2, 0.3]))
+    assert newer.curve("reward") == ([1, 2, 3, 4], pytest.approx([0.9, 0.8, 0.7, 0.6]))
+    assert "Dec01" in newer.source and "TensorBoard run 2 of 2" in newer.source
+    assert load_history(tmp_path).curve("reward")[1] == pytest.approx([0.9, 0.8, 0.7, 0.6])  # the newest run
+
+
 def test_flat_groups_split_into_all_pass_and_all_fail(tiny_model_dir, tmp_path):
     """Prompts of even rows earn 1 whatever the completion, odd rows 0: every group is flat, at the best reward seen
     (all pass) or at the worst (all fail), so the two shares add up to 1 in every batch."""

@@ -140,3 +140,153 @@ def test_bad_settings_fail_before_training(tiny_model_dir, smoke_dataset, tmp_pa
         HeldoutGuard(metric="reward")
     with pytest.raises(ConfigError, match="mode: expected 'max' or 'min'"):
         HeldoutGuard(metric="heldout/x", mode="best")
+
+
+# ---- TRL's own evaluation: eval_reward and eval_rewards/NAME/mean, live and at step 0 -------------------------------
+
+class EvalProbe(RookCallback):
+    """Copies the trainable weights at each evaluation TRL runs (on_evaluate: the weights it just scored)."""
+
+    state_key = "eval_probe"
+
+    def __init__(self):
+        self.weights, self.trainer = {}, None
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        self.weights[state.global_step] = {n: p.detach().clone() for n, p in model.named_parameters()
+                                           if p.requires_grad}
+
+
+@pytest.mark.parametrize("metric", ["eval_reward", "eval_rewards/uci_charset/mean", None])
+@pytest.mark.parametrize("on_start", [True, False])
+def test_the_guard_selects_on_trls_own_evaluation(tiny_model_dir, smoke_dataset, tmp_path, metric, on_start):
+    """TRL merges eval_reward into the entry inside its log(): the guard scores every evaluation, at step 0 too with
+    eval_on_start, keeps the best one's weights (not the start's by default, not the last step's), and without a
+    metric selects on eval_reward, TRL's held-out reward."""
+    probe = EvalProbe()
+    guard = HeldoutGuard(metric=metric)
+    args = tiny_grpo_args(tmp_path, max_steps=4, eval_strategy="steps", eval_steps=1, eval_on_start=on_start,
+                          per_device_eval_batch_size=8, learning_rate=5e-2)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=args,
+                              train_dataset=smoke_dataset, eval_dataset=smoke_dataset.select(range(8)),
+                              callbacks=[probe, guard])
+    trainer.train()
+    name = metric or "eval_reward"
+    assert guard.score.metric == {name: 1.0}
+    evaluated = {h["step"]: h[name] for h in trainer.state.log_history if name in h}
+    assert sorted(evaluated) == ([0] if on_start else []) + [1, 2, 3, 4]
+    assert guard.score.scores == pytest.approx(evaluated)  # every evaluation scored, with TRL's own numbers
+    best = max(evaluated, key=evaluated.get)
+    assert guard.score.best_step == best
+    assert _same(_weights(trainer), probe.weights[best])
+    assert trainer.state.log_history[-1]["heldout_guard/best_step"] == best
+
+
+def test_without_a_metric_the_guard_asks_the_runs_evaluation_or_refuses(tiny_model_dir, smoke_dataset, tmp_path):
+    """No chess default in the core: heldout_eval's default is the held-out version of the run's reward; with
+    nothing evaluated the guard refuses before training, naming the field."""
+    from rookgrpo.callbacks import HeldoutEval
+
+    evaluation = tmp_path / "val.jsonl"
+    evaluation.write_text("".join(f'{{"prompt": "{r["prompt"]}"}}\n' for r in smoke_dataset.select(range(4))))
+    guard = HeldoutGuard()
+    RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=["uci_charset"], args=tiny_grpo_args(tmp_path),
+                    train_dataset=smoke_dataset, callbacks=[HeldoutEval(data=str(evaluation), every=1), guard])
+    assert guard.score.metric == {"heldout/uci_charset": 1.0}
+    with pytest.raises(ConfigError, match="metric is not set, and this run logs no held-out evaluation"):
+        RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=["uci_charset"], args=tiny_grpo_args(tmp_path),
+                        train_dataset=smoke_dataset, callbacks=[HeldoutGuard()])
+
+
+def test_the_start_is_dropped_once_a_later_step_beats_it(tiny_model_dir, smoke_dataset, tmp_path):
+    """One copy per rank from then on: the start's copy is kept only while it is the best (or not yet scored)."""
+    class Watch(RookCallback):
+        state_key = "watch"
+
+        def __init__(self, guard):
+            self.guard, self.copies = guard, {}
+
+        def on_log(self, args, state, control, **kwargs):
+            self.copies[state.global_step] = (self.guard.start is not None, self.guard.best_weights is self.guard.start)
+
+    guard = HeldoutGuard(metric="heldout/probe")
+    watch = Watch(guard)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset",
+                              args=tiny_grpo_args(tmp_path, max_steps=6), train_dataset=smoke_dataset,
+                              callbacks=[HeldoutProbe({0: 0.3, 2: 0.1, 4: 0.5, 6: 0.2}), guard, watch])
+    trainer.train()
+    assert watch.copies[2] == (True, True)  # step 2 scored below the start: the start is the best, one copy
+    assert watch.copies[4][0] is False and watch.copies[6][0] is False  # step 4 beat it: dropped
+    assert guard.score.best_step == 4
+
+
+def test_a_resume_in_another_layout_is_refused_naming_both(tmp_path):
+    """A copy saved as N ranks' parts cannot be restored by M ranks (or whole weights by a sharded run): refused at
+    resume, naming both layouts, never a mix of steps' shards or a failure at the end of the run."""
+    from types import SimpleNamespace
+
+    from rookgrpo.callbacks.heldout_guard import FILE
+
+    def guard_on(ranks: int, per_rank: bool):
+        guard = HeldoutGuard(metric="heldout/x")
+        accelerator = SimpleNamespace(num_processes=ranks, process_index=0, unwrap_model=lambda model: model)
+        guard.trainer = SimpleNamespace(accelerator=accelerator, model=torch.nn.Linear(1, 1),
+                                        is_deepspeed_enabled=per_rank, args=SimpleNamespace(should_save=True))
+        guard.score.best_step, guard.best_weights = 2, {"w": torch.ones(2)}
+        return guard
+
+    for saved_ranks, resumed_ranks in ((2, 1), (1, 2)):
+        folder = tmp_path / f"{saved_ranks}-{resumed_ranks}"
+        for rank in range(saved_ranks):
+            guard = guard_on(saved_ranks, True)
+            guard.trainer.accelerator.process_index = rank
+            guard.save_files(str(folder / "checkpoint-2"))  # the folder made by the rank that gets there first
+        with pytest.raises(ConfigError, match=rf"as {saved_ranks} ranks' parts .* this run has {resumed_ranks} rank\(s\)"):
+            guard_on(resumed_ranks, True).load_files(str(folder / "checkpoint-2"))
+        guard = guard_on(saved_ranks, True)
+        guard.load_files(str(folder / "checkpoint-2"))  # the same layout: restored
+        assert torch.equal(guard.best_weights["w"], torch.ones(2))
+    whole = tmp_path / "whole"
+    guard_on(2, False).save_files(str(whole))
+    assert (whole / FILE).exists()
+    with pytest.raises(ConfigError, match="best weights whole"):
+        guard_on(2, True).load_files(str(whole))
+
+
+@pytest.mark.slow
+def test_an_fsdp2_run_resumed_on_fewer_ranks_is_refused_at_resume(tmp_path):
+    """Under FSDP2 the guard saves a file per rank: a run saved by 2 CPU processes and resumed by 1 stops at the
+    resume with the message naming both, before the optimizer's state is loaded and before any step, not at the end
+    of the run where the restore would fail before the model is saved."""
+    import yaml
+
+    from conftest import REPO, run_cli, venv_bin
+
+    assets = REPO / "tests" / "assets"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": "rookgrpo/tiny-random", "dataset_name": "rookgrpo/smoke-prompts",
+        "reward_funcs": ["uci_charset"], "seed": 42, "use_cpu": True, "report_to": "none", "beta": 0.0,
+        "save_strategy": "steps", "save_steps": 2, "max_steps": 2, "per_device_train_batch_size": 8,
+        "num_generations": 4, "max_completion_length": 8, "logging_steps": 1,
+        "callbacks": [{"heldout_eval": {"data": "rookgrpo/smoke-prompts", "every": 1, "n": 2,
+                                        "evaluator": str(assets / "sharded_probe.py") + ":scripted_score"}},
+                      {"heldout_guard": {"metric": "heldout/score"}}]}))
+    env = {"PYTHONPATH": str(assets), "ROOKGRPO_TEST_SCORES": "1,3,2", "OMP_NUM_THREADS": "1"}
+
+    def launch(processes: int, *flags: str):
+        return run_cli([venv_bin("accelerate"), "launch", "--config_file", str(assets / "fsdp2-cpu.yaml"),
+                        "--num_processes", str(processes), str(assets / "fsdp2_cpu.py"), str(recipe), "--use_cpu",
+                        "true", "--output_dir", str(tmp_path / "out"), *flags], env=env, timeout=600)
+
+    first = launch(2)
+    assert first.returncode == 0, first.stderr[-4000:]
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    assert sorted(p.name for p in checkpoint.glob("heldout_guard_best*")) == [
+        "heldout_guard_best.rank0.pt", "heldout_guard_best.rank1.pt"]
+    resumed = launch(1, "--resume_from_checkpoint", str(checkpoint), "--max_steps", "4")
+    assert resumed.returncode != 0
+    assert "rookgrpo: error: heldout_guard: the checkpoint" in resumed.stderr
+    assert "as 2 ranks' parts (a file per rank), and this run has 1 rank(s)" in resumed.stderr
+    assert not (tmp_path / "out" / "checkpoint-4").exists()  # stopped at the resume, not at the end

@@ -61,14 +61,17 @@ def launch_command(argv: Sequence[str]) -> list[str]:
         config_file = resolve_accelerate_config(str(accelerate_config))
         args += ["--config_file", str(config_file)]
         config = _read_yaml(str(config_file))
-        if config.get("use_cpu"):
+        from .config import _has_accelerator
+
+        if config.get("use_cpu") and not any(a == "--use_cpu" or a.startswith("--use_cpu=") for a in forwarded):
             # A CPU config (cpu-ddp): the run trains on CPU (accelerate's torchrun launcher, which starts the processes,
-            # does not tell them), and each process gets its share of the cores, not accelerate's one thread.
-            if not any(a == "--use_cpu" or a.startswith("--use_cpu=") for a in forwarded):
-                forwarded += ["--use_cpu", "true"]
-            if "OMP_NUM_THREADS" not in os.environ:
-                processes = int(num_processes or config.get("num_processes") or 1)
-                args += ["--num_cpu_threads_per_process", str(max(1, (os.cpu_count() or 1) // processes))]
+            # does not tell them).
+            forwarded += ["--use_cpu", "true"]
+        if (config.get("use_cpu") or not _has_accelerator()) and "OMP_NUM_THREADS" not in os.environ:
+            # On CPU (a CPU config, or a GPU config such as zero2 on a machine without GPUs, which the trainer runs on
+            # CPU processes and says so) each process gets its share of the cores, not accelerate's one thread.
+            processes = int(num_processes or config.get("num_processes") or 1)
+            args += ["--num_cpu_threads_per_process", str(max(1, (os.cpu_count() or 1) // processes))]
     else:  # what accelerate would otherwise default with a block of warnings (precision is the recipe's bf16/fp16)
         args += list(ACCELERATE_DEFAULTS)
         from .config import _has_accelerator

@@ -7,8 +7,17 @@ one-line notice, instead of stopping with transformers' "Your setup doesn't supp
 ``position_ids_from_mask`` is on: the loss scores a left-padded completion at the positions that sampled it
 (:mod:`rookgrpo.dynamics.positions`), which TRL does not do for models with absolute position embeddings. And three
 numerical guards are on (:mod:`rookgrpo.dynamics.attention`, :mod:`rookgrpo.dynamics.nonfinite`): no attention row is
-fully masked, cuDNN's SDPA backend stays out of training on CUDA, and a NaN gradient skips its optimizer step. None
-changes a finite run's numbers.
+fully masked, cuDNN's SDPA backend stays out of the training loss's forward and backward on CUDA, and a NaN gradient
+skips its optimizer step.
+
+Which numbers the defaults change against TRL's, in a run with no NaN: ``position_ids_from_mask`` changes the loss's
+log-probs (and so the loss, KL and gradients) of a left-padded completion on models with learned absolute positions
+(GPT-2); on rotary models only by rounding. ``no_fully_masked_rows`` changes only the outputs of pad query rows, which
+no loss, reward or real token reads: every logged number is TRL's, on CPU and on CUDA. ``allow_cudnn_attention: false``
+changes nothing on CPU; on CUDA the training loss's forward and backward run on flash, memory-efficient or math SDPA
+kernels instead of cuDNN's, so the loss and gradients differ from TRL's by those kernels' rounding, and the step time
+by their speed (``benchmarks/bench_gpu_check.py``); generation, the reference's and the old policy's scoring and
+evaluation keep every backend. ``skip_nonfinite_updates`` changes nothing in a finite run.
 """
 
 from __future__ import annotations
@@ -98,17 +107,20 @@ class RookGRPOConfig(GRPOConfig):
     allow_cudnn_attention: bool = field(
         default=False,
         metadata={
-            "help": "Let SDPA pick its cuDNN backend in the training forward and backward on CUDA. Off by default: "
-            "its backward returns NaN gradients for rows with a very negative logsumexp (pytorch/pytorch#196678, "
-            "huggingface/trl#7181); flash, memory-efficient and math kernels stay available. No effect on CPU."
+            "help": "Let SDPA pick its cuDNN backend in the training loss's forward (and so its backward) on CUDA. "
+            "Off by default: its backward returns NaN gradients for rows with a very negative logsumexp "
+            "(pytorch/pytorch#196678, huggingface/trl#7181); flash, memory-efficient and math kernels stay available, "
+            "and generation and the no-grad scoring passes keep every backend. No effect on CPU."
         },
     )
     skip_nonfinite_updates: bool = field(
         default=True,
         metadata={
             "help": "Skip an optimizer step whose gradient norm or loss is NaN/inf: its gradients are dropped before "
-            "the step (no weight, moment or weight-decay change), the same on every rank, and the step is counted "
-            "in the logged skipped_updates. On by default; false applies such steps as transformers does."
+            "the step (no weight, moment or weight-decay change; under DeepSpeed ZeRO inside the engine's step, its "
+            "fp32 master weights included), the same on every rank, and the step is counted in the logged "
+            "skipped_updates. Under fp16 a loss scaler's routine overflow (finite loss, scale above 1) is left to the "
+            "scaler and not counted. On by default; false applies such steps as transformers does."
         },
     )
 
@@ -133,6 +145,7 @@ class RookGRPOConfig(GRPOConfig):
         self.task_generation_kwargs = parse_task_generation_kwargs(self.task_generation_kwargs)
         self.measured_settings = _parse_measured(self.measured_settings)
         _fall_back_to_cpu(self)
+        _match_deepspeed_precision(self)
         super().__post_init__()
 
 
@@ -171,6 +184,31 @@ def _fall_back_to_cpu(args) -> None:
     logger.warning("no GPU here: training on CPU without mixed precision (%s). Set these in the recipe to silence this "
                    "notice.",
                    ", ".join(changed))
+
+
+def _match_deepspeed_precision(args) -> None:
+    """Under DeepSpeed launched from an accelerate config, train in the trainer's precision (the recipe's ``bf16`` /
+    ``fp16``, after the CPU fallback), with one line where the config said otherwise.
+
+    Why: accelerate hands DeepSpeed the config's ``mixed_precision``, and transformers refuses to start when it differs
+    from the trainer's ("ds bf16.enabled=True vs hf bf16|bf16_full_eval=False"): a packaged ``zero2``/``zero3`` config
+    (bf16, for GPUs) with a CPU recipe, or on a machine where the CPU fallback turned bf16 off. TRL stops there; here
+    the recipe decides, as it does on one process. A DeepSpeed JSON config of the user's own (``deepspeed``) is left
+    to transformers, which fills its ``auto`` values from the trainer.
+    """
+    import os
+
+    if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() not in ("1", "true", "yes"):
+        return
+    bf16 = args.bf16 if args.bf16 is not None else not args.fp16  # TRL's default: bf16 unless fp16
+    wanted = "fp16" if args.fp16 else "bf16" if bf16 else "no"
+    given = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if given != wanted:
+        os.environ["ACCELERATE_MIXED_PRECISION"] = wanted
+        if int(os.environ.get("RANK", "0")) == 0:
+            logger.warning("DeepSpeed: the accelerate config's mixed_precision is %s, the trainer's is %s (bf16: %s, "
+                           "fp16: %s); training in the trainer's. Set the same in both to silence this notice.",
+                           given, wanted, str(bool(bf16)).lower(), str(bool(args.fp16)).lower())
 
 
 def _parse_measured(value) -> dict[str, str] | None:

@@ -72,9 +72,16 @@ def generate_completions(model_path: str, prompts: Sequence[str], max_new_tokens
 def complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batch_size: int = 32, on_batch=None,
              **sampling) -> list[str]:
     """Completions of ``prompts`` by a loaded ``model`` (left-padded batches, stop at EOS; greedy unless ``sampling``
-    says otherwise). Uses the model as it is (train or eval mode): callers choose."""
+    says otherwise). Uses the model as it is (train or eval mode): callers choose.
+
+    A model sharded over several processes (FSDP2, DeepSpeed ZeRO-3) decodes in step on every rank (``synced_gpus``):
+    each forward gathers weights from every rank, so a rank whose answers end a token earlier keeps stepping until all
+    have ended, instead of leaving the others waiting in a collective. (transformers syncs ZeRO-3 by itself, and FSDP2
+    only for models it sharded itself, not accelerate's.)"""
     import torch
 
+    if "synced_gpus" not in sampling and _decodes_across_ranks(model):
+        sampling = {**sampling, "synced_gpus": True}
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     out: list[str] = []
@@ -93,6 +100,18 @@ def complete(model, tokenizer, prompts: Sequence[str], max_new_tokens: int, batc
     finally:
         tokenizer.padding_side = side
     return out
+
+
+def _decodes_across_ranks(model) -> bool:
+    """Whether ``model``'s weights are sharded over the processes of a distributed run (FSDP2 DTensors, ZeRO-3)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return False
+    from .dynamics.deepspeed import is_zero3_param
+    from .dynamics.sharding import is_sharded
+
+    return is_sharded(model) or any(is_zero3_param(p) for p in model.parameters())
 
 
 def reference_nll(model, tokenizer, prompts: Sequence[str], completions: Sequence[str], batch_size: int = 64) -> list[float]:

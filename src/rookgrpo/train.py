@@ -76,8 +76,10 @@ def trainable_summary(model) -> str:
     >>> trainable_summary(net)
     'trainable parameters: 5 of 25 (20.00%)'
     """
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    from .dynamics.deepspeed import numel  # a ZeRO-3 parameter's own numel() is 0 outside a forward
+
+    total = sum(numel(p) for p in model.parameters())
+    trainable = sum(numel(p) for p in model.parameters() if p.requires_grad)
     return f"trainable parameters: {trainable:,} of {total:,} ({100 * trainable / max(total, 1):.2f}%)"
 
 
@@ -129,6 +131,8 @@ def write_run_info(trainer, model_path: str, script_args) -> Path:
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
         "world_size": trainer.accelerator.num_processes,
+        # fp16's loss-scaler overflows are routine: the doctor reads the precision to tell them from a fault
+        "precision": "fp16" if trainer.args.fp16 else "bf16" if trainer.args.bf16 else "fp32",
         "distributed_type": str(trainer.accelerator.distributed_type),
         "model": model_path,
         "dataset": script_args.dataset_name,

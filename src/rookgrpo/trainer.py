@@ -8,7 +8,9 @@ With no rookgrpo feature switched on it trains exactly as ``GRPOTrainer`` does (
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,9 +25,12 @@ from .callbacks.registry import resolve_callbacks
 from .config import _check_num_generations
 from .errors import ConfigError
 from .callbacks.nonfinite import SkipNonfinite
-from .dynamics.attention import guard_masks, sdpa_backend_guard
+from .dynamics.attention import guard_masks, sdpa_backend_guard, unguarded_roles
 from .dynamics.positions import MaskPositions
 from .rewards.registry import resolve_reward_func
+
+
+logger = logging.getLogger(__name__)
 
 
 class RookGRPOTrainer(GRPOTrainer):
@@ -55,6 +60,8 @@ class RookGRPOTrainer(GRPOTrainer):
     _replacement_hooks: tuple | list = ()
     _sampler_hook = None
     _weights_hook = None
+    _guarded_masks: list | tuple = ()  # the roles whose SDPA masks no_fully_masked_rows guards
+    _masks_checked = False  # whether the first training loss checked that the guard reached those masks
 
     def __init__(
         self,
@@ -189,20 +196,20 @@ class RookGRPOTrainer(GRPOTrainer):
         return scored.output
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        """TRL's training step, on CUDA without the cuDNN SDPA backend unless ``allow_cudnn_attention``
-        (:mod:`rookgrpo.dynamics.attention`); with phase measurement on, the loss (forward and backward) is measured as
-        a phase: from ``compute_loss`` (after any generation in ``_prepare_inputs``) to the end of the backward pass."""
+        """TRL's training step; with phase measurement on, the loss (forward and backward) is measured as a phase:
+        from ``compute_loss`` (after any generation in ``_prepare_inputs``) to the end of the backward pass."""
         try:
-            accelerator = getattr(self, "accelerator", None)  # a trainer built without __init__ (TRL's tests) has none
-            with sdpa_backend_guard(getattr(accelerator, "device", "cpu"),
-                                    getattr(getattr(self, "args", None), "allow_cudnn_attention", False)):
-                return super().training_step(model, inputs, num_items_in_batch)
+            return super().training_step(model, inputs, num_items_in_batch)
         finally:
             if self._phases is not None:
                 self._phases.stop("loss")
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """TRL's loss, with per-task sampling: at the temperature that sampled the batch being optimised.
+        """TRL's loss, with per-task sampling: at the temperature that sampled the batch being optimised; a training
+        loss's forward on CUDA without the cuDNN SDPA backend unless ``allow_cudnn_attention``
+        (:mod:`rookgrpo.dynamics.attention`: the backward runs the kernel its forward chose, so excluding cuDNN from the
+        forward keeps it out of the backward; generation, the reference's and the old policy's scoring and evaluation
+        keep every backend, as in TRL).
 
         A training batch is generated once and optimised over several steps (``steps_per_generation``,
         ``num_iterations``); an evaluation between those steps generates at its own settings, so the temperature is
@@ -210,24 +217,33 @@ class RookGRPOTrainer(GRPOTrainer):
         """
         if self._task_settings is not None:
             self._task_settings.before_loss(self)
+        training = torch.is_grad_enabled() and model.training
         if self._phases is not None and torch.is_grad_enabled():
             self._phases.start("loss")
         if self._loss_hooks:
             # A shallow copy: loss hooks may replace entries for this loss; the buffered batch that later steps and
             # iterations reuse (steps_per_generation, num_iterations) keeps its own.
             inputs = self._loss_inputs = dict(inputs)
+        accelerator = getattr(self, "accelerator", None)  # a trainer built without __init__ (TRL's tests) has none
+        backends = sdpa_backend_guard(getattr(accelerator, "device", "cpu"),
+                                      getattr(getattr(self, "args", None), "allow_cudnn_attention", False)) \
+            if training else contextlib.nullcontext()
         try:
-            loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                        num_items_in_batch=num_items_in_batch)
+            with backends:
+                loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                            num_items_in_batch=num_items_in_batch)
+                for hook in self._extra_loss_hooks:
+                    term = hook.extra_loss(self, model)
+                    if term is not None:
+                        loss = loss + term
         finally:
             self._loss_inputs = None
-        for hook in self._extra_loss_hooks:
-            term = hook.extra_loss(self, model)
-            if term is not None:
-                loss = loss + term
-        if self._training_loss_hooks and torch.is_grad_enabled() and model.training:
+        if self._training_loss_hooks and training:
             for hook in self._training_loss_hooks:
                 hook.on_training_loss(self, model, loss)
+        if training and self._guarded_masks and not self._masks_checked:
+            self._masks_checked = True
+            _say_unguarded_masks(self)
         return loss
 
     def _clip_grad_norm(self, model):
@@ -352,8 +368,13 @@ class RookGRPOTrainer(GRPOTrainer):
             callback.save_files(folder)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        """On resume, restore rookgrpo's controller state from the checkpoint (TRL's own hook for this)."""
+        """On resume, restore rookgrpo's controller state from the checkpoint (TRL's own hook for this), before the
+        optimizer's: a callback that refuses the checkpoint (``heldout_guard`` saved per rank, resumed on another number
+        of ranks) says so before anything else of it is loaded."""
+        self._load_rook_callback_state(checkpoint)
         super()._load_optimizer_and_scheduler(checkpoint)
+
+    def _load_rook_callback_state(self, checkpoint) -> None:
         path = os.path.join(checkpoint, self.CALLBACK_STATE_FILE) if checkpoint else None
         if path and os.path.exists(path):
             with open(path) as fh:
@@ -362,6 +383,16 @@ class RookGRPOTrainer(GRPOTrainer):
                 if callback.state_key in states:
                     callback.load_state_dict(states[callback.state_key])
                     callback.load_files(checkpoint)
+
+
+def _say_unguarded_masks(trainer) -> None:
+    """Once, after the first training loss: name the models whose masks ``no_fully_masked_rows`` did not reach."""
+    roles = unguarded_roles(trainer)
+    if roles and trainer.accelerator.is_main_process:
+        logger.warning("no_fully_masked_rows: the %s built no attention mask through transformers' mask registry in "
+                       "the first training step (a model that builds its own masks), so its masks are left as they are "
+                       "and a left-padded batch may hit the cuDNN attention fault (docs/howto.md); "
+                       "skip_nonfinite_updates still keeps such a step out.", " and ".join(roles))
 
 
 @dataclass

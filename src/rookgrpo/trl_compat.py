@@ -8,7 +8,8 @@ Attributes (read or written through the helpers below, never directly by a callb
 
 - ``trainer._metrics[mode][name]``: the lists TRL averages into each log entry and then clears. rookgrpo callbacks
   add their values with :func:`log_metric` and read the pending ones with :func:`pending_metrics`, so a value
-  lands in the same log entry as TRL's own for that step.
+  lands in the same log entry as TRL's own for that step; :func:`pending_log_entry` names them as TRL's ``log()``
+  will (``eval_`` during an evaluation, where ``trainer.model.training`` is off).
 - ``trainer._logs``: TRL's completions table (prompt, completion, rewards, advantages of the last generation batch),
   which ``zero_std_resampling`` widens while it scores replacement rounds and rewrites to the optimised batch
   (:func:`widen_completion_table`, :func:`completion_table`, :func:`rewrite_completion_table`). Relies on: a dict of
@@ -53,6 +54,23 @@ def log_metric(trainer: Any, name: str, value: float, mode: str = "train") -> No
 def pending_metrics(trainer: Any, mode: str = "train") -> dict[str, list[float]]:
     """The values TRL holds for its next log entry, by metric name (a live view: do not modify it)."""
     return trainer._metrics[mode]
+
+
+def pending_log_entry(trainer: Any) -> dict[str, float]:
+    """What TRL's ``log()`` is about to merge into the entry being logged, as it will name it: the pending metrics of
+    the current mode averaged (NaN values left out, as TRL does), with ``eval_`` in front of each name during an
+    evaluation (TRL's own ``eval_reward``, ``eval_rewards/NAME/mean``, ...). A callback's ``before_log`` reads the
+    whole entry as ``{**logs, **pending_log_entry(trainer)}``.
+    """
+    import math
+
+    mode = metric_mode(trainer)
+    out = {}
+    for name, values in trainer._metrics[mode].items():
+        valid = [v for v in values if not math.isnan(v)]
+        if valid:
+            out[f"eval_{name}" if mode == "eval" else name] = sum(valid) / len(valid)
+    return out
 
 
 def metric_mode(trainer: Any) -> str:

@@ -15,7 +15,8 @@ Logged (averaged over the logging window like TRL's own metrics):
   process's resident set) since training began.
 - ``timing/first_step`` (in the first log only): the first optimizer step, which carries the warm-up (allocator,
   kernels, a ``torch.compile`` compilation); after 5 more steps an info line says how many median steps it cost.
-  ``compile/graphs``: graphs ``torch.compile`` compiled during the step (logged once it has compiled any).
+  ``compile/graphs``: graphs ``torch.compile`` compiled during the step (logged once it has compiled any; the most
+  any rank compiled, so every rank logs and judges the same).
 - ``groups/identical_frac``: share of groups whose completions are all the same token sequence (the policy or the
   sampling settings leave no room to explore; such a group has no reward spread).
 - ``groups/flat_best_frac``, ``groups/flat_worst_frac``: share of the optimised batch's groups that are flat (every
@@ -198,6 +199,13 @@ class Diagnostics(RookCallback):
         metrics["memory/process_peak"].append(self.meter.process_peak_mib)
         graphs = dynamo_graphs()
         new_graphs = graphs - self._graphs_at_start
+        accelerator = self.trainer.accelerator
+        if accelerator.num_processes > 1:  # the most any rank compiled: every rank logs and judges the same count
+            import torch
+
+            counts = accelerator.reduce(torch.tensor([graphs, new_graphs], dtype=torch.float64,
+                                                     device=accelerator.device), reduction="max")
+            graphs, new_graphs = (int(v) for v in counts.tolist())
         if graphs:
             metrics["compile/graphs"].append(float(new_graphs))
         if self._first_step is None:

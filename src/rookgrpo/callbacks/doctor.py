@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from ..dynamics.nonfinite import StepCheck, optimizer_params, step_check, trainer_verdict
+from ..dynamics.nonfinite import StepCheck, judge_step, step_check
 from ..errors import ConfigError
 from .base import RookCallback
 from .registry import register_callback
@@ -92,6 +92,9 @@ class Doctor(RookCallback):
             weights = getattr(trainer, "reward_weights", None)
             if weights is not None:
                 self.thresholds.reward_weights = {n: float(w) for n, w in zip(trainer.reward_func_names, weights.tolist())}
+        if self.thresholds.precision is None:
+            args = trainer.args
+            self.thresholds.precision = "fp16" if args.fp16 else "bf16" if args.bf16 else "fp32"
         if not self.thresholds.measured:
             self.thresholds.measured = dict(getattr(trainer.args, "measured_settings", None) or {})
         if self.thresholds.judges is None and getattr(trainer, "reward_funcs", None) is not None:
@@ -127,20 +130,20 @@ class Doctor(RookCallback):
         if "nonfinite" in self.halt_on and self.halted is None:
             self._halt_before_a_nonfinite_step(state, control, model, optimizer)
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        trainer = getattr(self, "trainer", None)
+        if "nonfinite" in self.halt_on and trainer is not None and getattr(trainer, "is_deepspeed_enabled", False):
+            step_check(trainer).install_deepspeed(trainer, veto=True)  # the engine steps before on_pre_optimizer_step
+
     def _halt_before_a_nonfinite_step(self, state, control, model, optimizer) -> None:
         """``halt_on: [nonfinite]`` acts here, before the optimizer step, not after the step's log: the step's
-        gradients are dropped, so the checkpoint saved on stopping holds the last finite weights."""
+        update is kept out (its gradients dropped; under DeepSpeed, vetoed inside the engine's step), so the checkpoint
+        saved on stopping holds the last finite weights."""
         trainer = getattr(self, "trainer", None)
-        if trainer is None:  # a plain TRL GRPOTrainer (never bound): the gradients' finiteness on this process
-            check = self._own_check
-            optimizer_ = optimizer
-            verdict = check.verdict(int(state.global_step), optimizer_params(optimizer, model))
-        else:
-            check, optimizer_ = step_check(trainer), optimizer if optimizer is not None else trainer.optimizer
-            verdict = trainer_verdict(trainer, model, optimizer_)
+        check, verdict, optimizer = judge_step(self._own_check, trainer, state, model, optimizer)
         if not verdict.nonfinite:
             return
-        check.drop_gradients(verdict.step, optimizer_)
+        check.keep_out(verdict, optimizer, trainer)
         subject = "loss" if verdict.cause == "loss" else "grad_norm"
         self.halted = f"nonfinite:{subject}"
         control.should_training_stop = True
@@ -148,9 +151,10 @@ class Doctor(RookCallback):
         if state.is_world_process_zero:
             what = ("the loss was NaN/inf" if verdict.cause == "loss" else
                     f"the gradient norm was {verdict.grad_norm} with a finite loss (a backward kernel's fault)")
-            logger.warning("doctor: stopping the run before step %d's update (halt_on: nonfinite): %s. The update "
-                           "was not applied, so the checkpoint saved now holds step %d's weights.",
-                           state.global_step + 1, what, state.global_step)
+            kept = verdict.kept_out != "applied"
+            logger.warning("doctor: stopping the run before step %d's update (halt_on: nonfinite): %s; %s, so the "
+                           "checkpoint saved now holds %s.", state.global_step + 1, what, verdict.how,
+                           f"step {state.global_step}'s weights" if kept else "that update")
 
     def before_log(self, trainer, logs: dict) -> None:
         if self._pending and "loss" in logs:
@@ -177,6 +181,7 @@ class Doctor(RookCallback):
 
         findings, _ = self._check(state)
         main = state.is_world_process_zero  # not the trainer's: on a plain TRL GRPOTrainer bind() never ran
+        halt = None
         for finding in findings:
             before = self.reported.get(finding.key)
             if before is not None and SEVERITIES.index(finding.severity) >= SEVERITIES.index(before["severity"]):
@@ -184,13 +189,28 @@ class Doctor(RookCallback):
             self.reported[finding.key] = finding.to_dict()
             if main:
                 logger.warning("doctor: %s", finding.line())
-            if finding.kind in self.halt_on and finding.severity != "info" and self.halted is None:
-                self.halted = finding.key
-                control.should_training_stop = True
-                control.should_save = True
-                if main:
-                    logger.warning("doctor: stopping the run at step %d on %s (halt_on); a checkpoint is saved.",
-                                   state.global_step, finding.kind)
+            if finding.kind in self.halt_on and finding.severity != "info" and halt is None:
+                halt = finding.key
+        if self.halted is None and self.halt_on:
+            halt = self._any_rank(halt)
+        if halt is not None and self.halted is None:
+            self.halted = halt
+            control.should_training_stop = True
+            control.should_save = True
+            if main:
+                logger.warning("doctor: stopping the run at step %d on %s (halt_on); a checkpoint is saved.",
+                               state.global_step, halt.split(":")[0])
+
+    def _any_rank(self, halt: str | None) -> str | None:
+        """The halt every rank takes: the first rank's finding to halt on, if any rank has one. The detectors read
+        each rank's own log, and a metric a rank measures alone (``compile/graphs``, a rank's timing) can differ:
+        a rank that stopped alone would leave the others waiting in the next collective."""
+        accelerator = getattr(getattr(self, "trainer", None), "accelerator", None)
+        if accelerator is None or accelerator.num_processes < 2:
+            return halt
+        from accelerate.utils import gather_object
+
+        return next((key for key in gather_object([halt]) if key is not None), None)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.meter is not None:

@@ -140,6 +140,17 @@ class HeldoutEval(RookCallback):
             raise ConfigError(f"{self.state_key}: nothing to measure: no callable reward function and no reference "
                               "completion column. Name rewards or an evaluator.")
 
+    def guard_metric(self, trainer) -> dict[str, float] | None:
+        """What ``heldout_guard`` selects on when its recipe names no metric: the held-out version of the run's reward
+        (``heldout/<reward name>`` weighted by the run's ``reward_weights``), or ``None`` where an ``evaluator`` or
+        other ``rewards`` decide what is logged (the guard then asks for a metric)."""
+        if self.evaluator_spec is not None or self.reward_specs is not None:
+            return None
+        metric = {f"heldout/{name}": float(w) for name, w, f in
+                  zip(trainer.reward_func_names, trainer.reward_weights.tolist(), trainer.reward_funcs)
+                  if callable(f) and not _is_module(f) and w}
+        return metric or None
+
     # ---- scoring --------------------------------------------------------------------------------------------------
 
     def score(self, model, tokenizer) -> dict[str, float]:

@@ -17,8 +17,12 @@ adapter of a PEFT model) and is saved with each checkpoint, so a resumed run kee
 Several processes: every rank decides from the same numbers (the held-out evaluation hands every rank the main
 process's values, and its step-0 entry is in every rank's history), so every rank restores the same step. Under
 FSDP2 each rank copies and restores its own shards (``DTensor.to_local()``: 1/N of the weights per rank, never the
-gathered whole), and saves them as a file per rank. FSDP1 and DeepSpeed ZeRO-3 are refused (untested here): use FSDP2,
-or ZeRO-2, whose weights are whole on every rank.
+gathered whole). Under DeepSpeed ZeRO-1/2/3 each rank copies its share of the optimizer's fp32 master weights (its
+partition: 1/N of them) and the restore writes them back into the optimizer and rebuilds the module's weights from
+them, one parameter at a time (:mod:`rookgrpo.dynamics.deepspeed`), so what is saved, checkpointed and trained after
+the restore is the best step's weights, master copy included. Where each rank holds its own part, the copy is saved
+as a file per rank, and a run resumed on another number of ranks is refused, naming both. The start's copy is dropped
+once a later step beats it: one copy per rank, of that rank's share, from then on. FSDP1 is refused (use FSDP2).
 
 Logged: ``heldout_guard/score`` at each evaluated step, and at the end ``heldout_guard/best_step`` and
 ``heldout_guard/restored`` (1 when the final weights are the best step's instead of the last step's).
@@ -31,9 +35,10 @@ import os
 from collections.abc import Mapping
 
 from ..dynamics.heldout import HeldoutScore, parse_metric
+from ..dynamics import deepspeed as deepspeed_weights
 from ..dynamics.sharding import is_sharded, local, reshard
 from ..errors import ConfigError
-from ..trl_compat import pending_metrics
+from ..trl_compat import pending_log_entry
 from .base import RookCallback
 from .registry import register_callback
 
@@ -46,8 +51,12 @@ class HeldoutGuard(RookCallback):
     """Keep the weights of the best held-out evaluation and restore them at the end (see the module docstring).
 
     Args:
-        metric: the logged metric to select on (``heldout/...`` from ``heldout_eval`` or ``chess_eval``, ``eval_...``
-            from an evaluation), or a mapping of such names to weights, whose weighted sum is the score.
+        metric: the logged metric to select on (``heldout/...`` from ``heldout_eval`` or a task pack's evaluation such
+            as ``chess_eval``; ``eval_...`` from TRL's evaluation: ``eval_reward``, ``eval_rewards/NAME/mean``,
+            ``eval_loss``), or a mapping of such names to weights, whose weighted sum is the score. Default: what the
+            run's held-out evaluation offers (``heldout_eval``: the held-out version of the run's reward;
+            ``chess_eval``: ``heldout/move_rank_reward``; TRL's evaluation: ``eval_reward``); with none, the guard
+            refuses to start.
         mode: ``"max"`` (higher is better, the default) or ``"min"`` (e.g. ``eval_loss``).
         min_delta: a later step must beat the best by more than this to replace it, so evaluation noise alone does not
             move the choice.
@@ -63,25 +72,23 @@ class HeldoutGuard(RookCallback):
 
     state_key = "heldout_guard"
 
-    def __init__(self, metric: str | Mapping[str, float] = "heldout/move_rank_reward", mode: str = "max",
-                 min_delta: float = 0.0):
-        self.score = HeldoutScore(parse_metric(metric), mode=mode, min_delta=float(min_delta))
+    def __init__(self, metric: str | Mapping[str, float] | None = None, mode: str = "max", min_delta: float = 0.0):
+        # Without a metric, bind() asks the run's held-out evaluation what to select on (default_metric).
+        self.score = HeldoutScore(parse_metric(metric) if metric is not None else {}, mode=mode,
+                                  min_delta=float(min_delta))
         self.start = None  # the trainable weights before the first step
         self.best_weights = None  # the trainable weights of score.best_step
         self.last_evaluated: int | None = None
 
     def bind(self, trainer) -> None:
         super().bind(trainer)
-        if getattr(trainer, "is_deepspeed_enabled", False) and trainer.accelerator.state.deepspeed_plugin.zero_stage == 3:
-            raise ConfigError("heldout_guard: DeepSpeed ZeRO-3 partitions the weights in its own buffers, which the "
-                              "guard cannot copy or restore. Use FSDP2 (accelerate_config: fsdp; the guard keeps each "
-                              "rank's shards) or ZeRO-2, or transformers' load_best_model_at_end with "
-                              "metric_for_best_model (an eval_* metric).")
         if getattr(trainer, "is_fsdp_enabled", False) and int(
                 getattr(trainer.accelerator.state.fsdp_plugin, "fsdp_version", 1) or 1) < 2:
             raise ConfigError("heldout_guard: FSDP1 flattens the weights into buffers the guard cannot copy or "
                               "restore. Use FSDP2 (fsdp_version: 2, as accelerate_config: fsdp does); the guard keeps "
                               "each rank's shards there.")
+        if not self.score.metric:
+            self.score.metric = default_metric(trainer)
         names = list(self.score.metric)
         if any(n.startswith("eval_") for n in names) and str(trainer.args.eval_strategy) in ("no", "IntervalStrategy.NO"):
             raise ConfigError(f"heldout_guard: metric {names} needs evaluations, but eval_strategy is 'no'. Set "
@@ -97,26 +104,38 @@ class HeldoutGuard(RookCallback):
 
     # ---- the weights ----------------------------------------------------------------------------------------------
 
-    def _params(self):
-        """The trainable parameters as this rank holds them: whole, or this rank's shard (FSDP2's DTensors)."""
+    def _named_params(self) -> list:
+        """The trainable parameters as this rank holds them: whole, or this rank's shard (FSDP2's DTensors); under
+        DeepSpeed the module's parameters, whose fp32 master the optimizer keeps."""
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        reshard(model)  # FSDP2's root keeps its weights gathered after a forward: copy and restore the shards
-        return {name: local(p) for name, p in model.named_parameters() if p.requires_grad}
+        if not self._deepspeed:
+            reshard(model)  # FSDP2's root keeps its weights gathered after a forward: copy and restore the shards
+        return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
 
     def _copy(self) -> dict:
-        return {name: p.detach().to("cpu", copy=True) for name, p in self._params().items()}
+        if self._deepspeed:
+            return deepspeed_weights.copy_master(self._named_params())
+        return {name: local(p).detach().to("cpu", copy=True) for name, p in self._named_params()}
 
     def _restore(self, weights: dict) -> None:
         import torch
 
-        params = self._params()
+        if self._deepspeed:
+            deepspeed_weights.restore_master(self._named_params(), weights)
+            return
+        params = {name: local(p) for name, p in self._named_params()}
         with torch.no_grad():
             for name, value in weights.items():
                 params[name].copy_(value.to(params[name].device))
 
     @property
-    def _sharded(self) -> bool:
-        return is_sharded(self.trainer.accelerator.unwrap_model(self.trainer.model))
+    def _deepspeed(self) -> bool:
+        return getattr(self.trainer, "is_deepspeed_enabled", False)
+
+    @property
+    def _per_rank(self) -> bool:
+        """Whether each rank holds a part of its own (FSDP2 shards, DeepSpeed's master partitions), saved per rank."""
+        return self._deepspeed or is_sharded(self.trainer.accelerator.unwrap_model(self.trainer.model))
 
     # ---- events ---------------------------------------------------------------------------------------------------
 
@@ -125,12 +144,12 @@ class HeldoutGuard(RookCallback):
             self.start = self._copy()
 
     def before_log(self, trainer, logs: dict) -> None:
-        """Score this log entry's held-out metrics (an evaluation's ``eval_*`` in ``logs``, or ``heldout/*`` values
-        that TRL is about to average into it) at the current step, whose weights the model still holds."""
+        """Score this log entry's held-out metrics at the current step, whose weights the model still holds: those
+        in ``logs`` and those TRL is about to average into it (``heldout/*`` from a held-out evaluation; TRL's own
+        evaluation's ``eval_reward``, ``eval_rewards/NAME/mean``; transformers' ``eval_loss``), at step 0 too when
+        TRL evaluates on start."""
         self._observe_start(trainer.state)
-        pending = pending_metrics(trainer)
-        entry = {**{k: sum(v) / len(v) for k, v in pending.items() if k in self.score.metric and v}, **logs}
-        value = self.score.score_of(entry)
+        value = self.score.score_of({**logs, **pending_log_entry(trainer)})  # TRL's own eval_* merge in its log()
         step = trainer.state.global_step
         if value is None or step in self.score.scores:
             return
@@ -138,11 +157,14 @@ class HeldoutGuard(RookCallback):
         self.last_evaluated = step
         if self.score.better(value):
             self.score.take(step, value)
-            self.best_weights = self._copy()
+            self.best_weights = self.start if step == 0 and self.start is not None else self._copy()
+            if step:
+                self.start = None  # beaten: one copy per rank from here on
         logs["heldout_guard/score"] = value
 
     def _observe_start(self, state) -> None:
-        """Score the starting weights from the held-out evaluation before the first step (logged at step 0)."""
+        """Score the starting weights from the held-out evaluation before the first step (logged at step 0); with none
+        to score, the start's copy is dropped."""
         if self.start is None or 0 in self.score.scores:
             return
         for step, value in self.score.update([e for e in state.log_history if e.get("step") == 0]):
@@ -151,19 +173,22 @@ class HeldoutGuard(RookCallback):
             if self.score.better(value):
                 self.score.take(step, value)
                 self.best_weights = self.start
+        if state.global_step > 0 and 0 not in self.score.scores:
+            self.start = None  # the start was never evaluated, so it can never be chosen
 
     def on_train_end(self, args, state, control, **kwargs):
         self._observe_start(state)
         best, step = self.score.best_step, state.global_step
+        say = logger.warning if state.is_world_process_zero else logger.debug  # once, not once per rank
         if best is None or self.best_weights is None:
-            logger.warning("no held-out evaluation of %s was logged, so the final weights are the last "
-                           "step's (%d).", list(self.score.metric), step)
+            say("no held-out evaluation of %s was logged, so the final weights are the last step's (%d).",
+                list(self.score.metric), step)
             return
         restored = best != step
         if restored:
-            self._restore(self.best_weights)
+            self._restore(self.best_weights)  # on every rank: collective under DeepSpeed
             last = self.score.scores.get(self.last_evaluated)
-            logger.warning(
+            say(
                 "the final weights are step %d's, not step %d's: held-out score %.4f there (%s), the best "
                 "of %d evaluations; the last evaluation (step %s) scored %s.", best, step, self.score.best,
                 " + ".join(f"{w:g} x {n}" for n, w in self.score.metric.items()), len(self.score.scores),
@@ -183,21 +208,35 @@ class HeldoutGuard(RookCallback):
         self.score.load_state_dict(state)
 
     def _file(self, folder: str) -> str:
-        """The copy's file: one per rank where each holds its own shards."""
-        if self._sharded:
+        """The copy's file: one per rank where each holds its own part."""
+        if self._per_rank:
             return os.path.join(folder, FILE.replace(".pt", f".rank{self.trainer.accelerator.process_index}.pt"))
         return os.path.join(folder, FILE)
 
     def save_files(self, folder: str) -> None:
         import torch
 
-        if self.best_weights is not None and (self._sharded or self.trainer.args.should_save):
+        if self.best_weights is not None and (self._per_rank or self.trainer.args.should_save):
+            os.makedirs(folder, exist_ok=True)  # a rank may get here before the main process made the folder
             torch.save({"step": self.score.best_step, "weights": self.best_weights}, self._file(folder))
 
     def load_files(self, folder: str) -> None:
         import torch
 
         path = self._file(folder)
+        size = self.trainer.accelerator.num_processes
+        saved_parts = _saved_parts(folder)  # None: saved whole (or nothing saved)
+        if saved_parts is not None and (not self._per_rank or saved_parts != size):
+            raise ConfigError(f"heldout_guard: the checkpoint {folder} holds the guard's best weights as "
+                              f"{saved_parts} ranks' parts (a file per rank), and this run "
+                              f"{f'has {size} rank(s)' if self._per_rank else 'keeps whole weights'}. Resume it in the "
+                              f"layout it was saved in ({saved_parts} processes, the same sharding), or delete the "
+                              f"guard's files ({FILE.replace('.pt', '.rank*.pt')}) there to let it start choosing again.")
+        if saved_parts is None and self._per_rank and os.path.exists(os.path.join(folder, FILE)):
+            raise ConfigError(f"heldout_guard: the checkpoint {folder} holds the guard's best weights whole "
+                              f"({FILE}), and this run keeps a part of them on each of its {size} ranks (FSDP2 or "
+                              "DeepSpeed). Resume it in the layout it was saved in, or delete that file there to let the "
+                              "guard start choosing again.")
         if os.path.exists(path):
             saved = torch.load(path, map_location="cpu", weights_only=True)
             if saved["step"] == self.score.best_step:
@@ -206,3 +245,34 @@ class HeldoutGuard(RookCallback):
         self.best_weights = None
         self.score.best_step = self.score.best = None  # the best's weights are gone: start choosing again
 
+
+def default_metric(trainer) -> dict[str, float]:
+    """What the guard selects on when the recipe names no metric: the first held-out evaluation's choice
+    (``heldout_eval``: the held-out version of the run's reward; a task pack's its own, e.g. ``chess_eval``'s
+    ``heldout/move_rank_reward``), else TRL's own evaluation's ``eval_reward`` where the run evaluates an
+    ``eval_dataset``; otherwise a :class:`~rookgrpo.errors.ConfigError` naming the field."""
+    from .heldout_eval import HeldoutEval
+
+    for cb in trainer.callback_handler.callbacks:
+        if isinstance(cb, HeldoutEval):
+            metric = cb.guard_metric(trainer)
+            if metric:
+                return metric
+            raise ConfigError(f"heldout_guard: metric is not set, and {cb.state_key} scores with its own evaluator or "
+                              "rewards, so the guard cannot tell which of its heldout/* metrics to select on. Name one: "
+                              "metric: heldout/NAME, or {heldout/A: 1, heldout/B: 1}.")
+    if str(trainer.args.eval_strategy) not in ("no", "IntervalStrategy.NO") and \
+            getattr(trainer, "eval_dataset", None) is not None:
+        return {"eval_reward": 1.0}
+    raise ConfigError("heldout_guard: metric is not set, and this run logs no held-out evaluation to select on. Add "
+                      "one (heldout_eval, a task pack's such as chess_eval, or TRL's: an eval_dataset with "
+                      "eval_strategy: steps), and name what to select on if it is not the default: metric: "
+                      "heldout/NAME or eval_NAME.")
+
+
+def _saved_parts(folder: str) -> int | None:
+    """How many ranks' files the guard saved in a checkpoint folder (``None``: none; whole weights or nothing)."""
+    import glob
+
+    files = glob.glob(os.path.join(folder, FILE.replace(".pt", ".rank*.pt")))
+    return len(files) or None

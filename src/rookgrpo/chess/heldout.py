@@ -68,6 +68,11 @@ class ChessEval(HeldoutEval):
                          max_new_tokens=max_new_tokens)
         self.n_policy, self.n_env = int(n_policy), int(n_env)
 
+    def guard_metric(self, trainer) -> dict[str, float]:
+        """``heldout_guard``'s metric when the recipe names none: ``heldout/move_rank_reward``, the greedy B: move's
+        rank among the engine's top 5 (it moves with best-move accuracy and is less noisy on a small panel)."""
+        return {"heldout/move_rank_reward": 1.0}
+
     def load_rows(self) -> list[dict]:
         from .data import load_rookworld
         from .evaluate import prompt_clusters

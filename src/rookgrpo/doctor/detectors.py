@@ -58,6 +58,9 @@ class Thresholds:
     #: the rewards that are reward models (judges), when known (``None``: not known): the live callback and
     #: ``run_info.json`` give them, ``rookgrpo doctor --judges`` too
     judges: tuple[str, ...] | None = None
+    #: the run's training precision where known (``"fp16"``: a loss scaler's overflows are routine); the live callback
+    #: sets it, ``run_info.json`` records it
+    precision: str | None = None
 
 
 @dataclass
@@ -162,6 +165,19 @@ def detect_nonfinite(h: History, t: Thresholds) -> list[Finding]:
         isolated = (name == "grad_norm" and (skipped or len(bad) <= max(1, len(values) // 10)) and bad[-1] < steps[-1]
                     and len(after) >= 2 and all(math.isfinite(v) for v in after))
         where = f"{name} was NaN/inf at {len(bad)} of {len(values)} logged step(s), first at step {bad[0]}"
+        if kernel and not skipped and (t.precision or h.precision) == "fp16":
+            # fp16: the loss scaler skips a step whose scaled gradients overflowed and lowers its scale: routine while
+            # it finds its scale (rookgrpo's skipped_updates counts only what the scaler does not explain).
+            out.append(Finding(
+                "nonfinite", f"{name} overflowed under fp16's loss scaler", bad[0], bad[-1],
+                severity="info" if isolated else "warning", subject=name,
+                values={"steps": len(bad), "carried_on": isolated, "cause": "loss_scale", "skipped": False},
+                message=f"{where}, with a finite loss, in an fp16 run: the loss scaler's overflows, each step skipped "
+                        "by the scaler and its scale lowered" + (
+                            "; routine while it finds its scale." if isolated else
+                            ", and they go on to the end: the scale keeps falling and the updates are skipped. Fix: "
+                            "use bf16 over fp16, keep max_grad_norm > 0, lower learning_rate.")))
+            continue
         if kernel:
             text = (f"{where}, while the loss was finite at every one of them: {KERNEL_FAULT}."
                     + (" The trainer skipped those updates (skipped_updates), so the weights were not hit."

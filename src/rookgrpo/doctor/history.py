@@ -76,6 +76,8 @@ class History:
     note: str = ""
     #: settings the run's recipe chose by measurement, {field: where} (``run_info.json``'s ``measured_settings``)
     measured: dict[str, str] = field(default_factory=dict)
+    #: ``"fp16"``, ``"bf16"`` or ``"fp32"`` where the run recorded it (``run_info.json``), else ``None``
+    precision: str | None = None
     _names: set[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -261,31 +263,47 @@ def read_log_file(path: Path) -> list[dict]:
 
 
 def _read_tensorboard(folder: Path) -> list[dict]:
+    """The log entries of the newest TensorBoard run under ``folder`` (:func:`tensorboard_runs`)."""
+    runs = tensorboard_runs(folder)
+    return runs[-1][1] if runs else []
+
+
+def tensorboard_runs(folder: Path) -> list[tuple[Path, list[dict]]]:
+    """Each TensorBoard run under ``folder`` (a directory of event files, as transformers writes one per run under
+    ``runs/%b%d_%H-%M-%S_host``) as (its directory, its log entries by step), oldest first by the time of its first
+    event: the folders' names sort by month name, not by time, and two runs' steps must not be merged."""
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     except ImportError:
         raise ConfigError(f"{folder} holds TensorBoard event files; reading them needs the tensorboard "
                           "package (pip install tensorboard), or point doctor at the run's trainer_state.json.") from None
-    by_step: dict[int, dict] = {}
+    runs = []
     for events in sorted({p.parent for p in folder.rglob("events.out.tfevents.*")}):
         acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
         acc.Reload()
+        by_step: dict[int, dict] = {}
+        first = float("inf")
         for tag in acc.Tags().get("scalars", []):
             name = tag[len("train/"):] if tag.startswith("train/") else tag.replace("eval/", "eval_", 1)
             for event in acc.Scalars(tag):
+                first = min(first, float(event.wall_time))
                 by_step.setdefault(int(event.step), {"step": int(event.step)})[name] = float(event.value)
-    return [by_step[s] for s in sorted(by_step)]
+        if by_step:
+            runs.append((first, str(events), events, [by_step[s] for s in sorted(by_step)]))
+    return [(path, entries) for _, _, path, entries in sorted(runs)]
 
 
-def _run_info(run_info: Path) -> tuple[dict[str, float], tuple[str, ...] | None, dict[str, str]]:
-    """What ``rookgrpo train`` recorded in ``run_info.json`` for the doctor: the reward weights by reward name ({} when
-    absent), the rewards that were reward models (``None`` when not recorded), and the settings the recipe chose by
-    measurement ({} when none)."""
+def _run_info(run_info: Path) -> dict:
+    """What ``rookgrpo train`` recorded in ``run_info.json`` for the doctor, as :class:`History` fields: the reward
+    weights by reward name ({} when absent), the rewards that were reward models (``None`` when not recorded), the
+    settings the recipe chose by measurement ({} when none) and the training precision (``None`` when not recorded)."""
     try:
         info = json.loads(run_info.read_text())
     except (OSError, ValueError):
-        return {}, None, {}
-    measured = info.get("measured_settings") if isinstance(info, Mapping) else None
+        info = None
+    if not isinstance(info, Mapping):
+        return {}
+    measured = info.get("measured_settings")
     measured = {str(k): str(v) for k, v in measured.items()} if isinstance(measured, Mapping) else {}
     try:
         weights = {str(n): float(w) for n, w in zip(info["reward_funcs"], info["reward_weights"])}
@@ -295,7 +313,8 @@ def _run_info(run_info: Path) -> tuple[dict[str, float], tuple[str, ...] | None,
         judges = tuple(str(n) for n in info["judges"])
     except (KeyError, TypeError):
         judges = None
-    return weights, judges, measured
+    precision = info.get("precision") if info.get("precision") in ("fp16", "bf16", "fp32") else None
+    return {"reward_weights": weights, "judges": judges, "measured": measured, "precision": precision}
 
 
 def split_phases(entries: list[dict]) -> tuple[list[list[dict]], str]:
@@ -364,26 +383,32 @@ def load_histories(path: str | Path) -> list[History]:
     path = Path(path)
     if path.is_file():
         entries, source = read_log_file(path), path
-        weights, judges, measured = _run_info(path.parent / "run_info.json")
+        recorded = _run_info(path.parent / "run_info.json")
     elif path.is_dir():
         found = _find_log(path)
         if found is None:
             if any(path.rglob("events.out.tfevents.*")):
-                entries, source = _read_tensorboard(path), path
+                recorded = _run_info(path / "run_info.json")
+                runs = tensorboard_runs(path)
+                if len(runs) > 1:  # several runs under one folder: each judged on its own, the newest last
+                    return [History(e, f"{run} (TensorBoard run {i} of {len(runs)}, oldest first)",
+                                    note=f"{len(runs)} TensorBoard runs under {path}: each judged on its own",
+                                    **recorded) for i, (run, e) in enumerate(runs, 1)]
+                entries, source = (runs[0][1], runs[0][0]) if runs else ([], path)
             else:
                 raise ConfigError(f"no training log in {path}: looked for trainer_state.json (here and in its "
                                   f"checkpoint-* folders), TensorBoard event files, and log files (.json, .jsonl, "
                                   f".csv) holding {FORMATS}. Point it at a run's output_dir or its log file.")
         else:
             entries, source = read_log_file(found), found
-        weights, judges, measured = _run_info(path / "run_info.json")
+        recorded = _run_info(path / "run_info.json")
     else:
         raise ConfigError(f"{path} does not exist. Give a run's output_dir or its log file ({FORMATS}).")
     phases, note = split_phases(entries)
     if len(phases) <= 1:
-        return [History(phases[0] if phases else [], str(source), weights, judges, note=note, measured=measured)]
-    return [History(p, f"{source} (phase {i} of {len(phases)}, steps {p[0]['step']}-{p[-1]['step']})", weights, judges,
-                    note=note, measured=measured) for i, p in enumerate(phases, 1)]
+        return [History(phases[0] if phases else [], str(source), note=note, **recorded)]
+    return [History(p, f"{source} (phase {i} of {len(phases)}, steps {p[0]['step']}-{p[-1]['step']})", note=note,
+                    **recorded) for i, p in enumerate(phases, 1)]
 
 
 def load_history(path: str | Path) -> History:

@@ -74,12 +74,18 @@ def _is_guarded(config) -> bool:
     return ref is not None and ref() is config
 
 
+#: id(config) of the guarded configs a mask has been built for since they were guarded (:func:`unguarded_roles`).
+_SEEN: set[int] = set()
+
+
 def _wrap(original):
     def sdpa_mask_without_fully_masked_rows(*args, **kwargs):
         mask = original(*args, **kwargs)
-        if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.dim() == 4 and \
-                _is_guarded(kwargs.get("config")):
-            mask = no_fully_masked_rows(mask)
+        config = kwargs.get("config")
+        if _is_guarded(config):
+            _SEEN.add(id(config))
+            if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.dim() == 4:
+                mask = no_fully_masked_rows(mask)
         return mask
 
     sdpa_mask_without_fully_masked_rows.__wrapped__ = original
@@ -100,6 +106,28 @@ def _install() -> bool:
     return True
 
 
+def mask_configs(config) -> list:
+    """The configs a model builds its attention masks from: the model's own, and a composite model's sub-configs
+    (a vision-language model's text model builds its masks from ``text_config``: Qwen2.5-VL, Gemma 3, LLaVA).
+
+    >>> from transformers import GPT2Config, Qwen2_5_VLConfig
+    >>> [type(c).__name__ for c in mask_configs(GPT2Config())]
+    ['GPT2Config']
+    >>> [type(c).__name__ for c in mask_configs(Qwen2_5_VLConfig())]
+    ['Qwen2_5_VLConfig', 'Qwen2_5_VLVisionConfig', 'Qwen2_5_VLTextConfig']
+    """
+    out, seen = [], set()
+    stack = [config]
+    while stack:
+        c = stack.pop(0)
+        if c is None or id(c) in seen:
+            continue
+        seen.add(id(c))
+        out.append(c)
+        stack += [getattr(c, name, None) for name in (getattr(type(c), "sub_configs", None) or {})]
+    return out
+
+
 def _configs(trainer):
     from .task_sampling import innermost_model, models_in_use
 
@@ -110,22 +138,40 @@ def _configs(trainer):
 
 
 def guard_masks(trainer, enabled: bool = True) -> list[str]:
-    """Guard (``enabled``) or unguard the SDPA masks of the policy's and the reference's configs; returns the roles
-    guarded. Models with another attention implementation (eager, flash, flex) build no SDPA mask and are unaffected.
+    """Guard (``enabled``) or unguard the SDPA masks of the policy's and the reference's configs (and their
+    sub-configs: :func:`mask_configs`); returns the roles guarded. Models with another attention implementation
+    (eager, flash, flex) build no SDPA mask and are unaffected.
     """
     roles = []
     for role, config in _configs(trainer):
+        configs = mask_configs(config)
         if not enabled:
-            _GUARDED.pop(id(config), None)
+            for c in configs:
+                _GUARDED.pop(id(c), None)
             continue
-        if getattr(config, "_attn_implementation", None) != "sdpa":
+        sdpa = [c for c in configs if getattr(c, "_attn_implementation", None) == "sdpa"]
+        if not sdpa:
             continue
         if not _install():
             logger.info("no_fully_masked_rows: this transformers version builds masks inside each model; left as is.")
             return []
-        _GUARDED[id(config)] = weakref.ref(config)
+        for c in sdpa:
+            _GUARDED[id(c)] = weakref.ref(c)
+            _SEEN.discard(id(c))
         roles.append(role)
     return roles
+
+
+def unguarded_roles(trainer) -> list[str]:
+    """The guarded roles (policy, reference) none of whose configs a mask was built for since they were guarded: their
+    masks do not come from transformers' mask registry (a model that builds its own), so the guard does not reach
+    them. Meaningful after a forward of each (the first training loss)."""
+    out = []
+    for role, config in _configs(trainer):
+        guarded = [c for c in mask_configs(config) if _is_guarded(c)]
+        if guarded and not any(id(c) in _SEEN for c in guarded):
+            out.append(role)
+    return out
 
 
 def sdpa_backend_guard(device, allow_cudnn: bool = False):

@@ -21,8 +21,9 @@ FSDP2's hooks into ``.grad`` (each rank's shard, reduced as the training gradien
 and puts ``.grad`` back as it was, bit for bit, before the training backward; the norms are summed over the shards of
 every rank. This needs each micro-batch's gradient reduced in its own backward, so with gradient accumulation under
 FSDP2 (whose ``no_sync`` defers the reduction to the last micro-batch) the meter is off. Off too, said once at
-warning level: DeepSpeed (its engine keeps the gradients in its own buffers), FSDP1 (flat buffers), and reentrant
-gradient checkpointing.
+warning level: DeepSpeed at every ZeRO stage (the engine reduces the gradients into its own buffers and steps inside
+accelerate's backward, so no whole gradient is ever in ``.grad`` at ``on_pre_optimizer_step``; under ZeRO-3 the
+weights are partitioned too), FSDP1 (flat buffers), and reentrant gradient checkpointing.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import math
 
 import torch
 
+from .deepspeed import zero_stage
 from .sharding import local as _local
 
 logger = logging.getLogger("rookgrpo.doctor")
@@ -51,9 +53,12 @@ class KLGradMeter:
         self.enabled = True
         #: ``"autograd"`` (whole weights: one process, DDP, ZeRO-1/2 excluded) or ``"backward"`` (FSDP2 shards)
         self.mode = "autograd"
-        if getattr(trainer, "is_deepspeed_enabled", False):
-            self._disable("DeepSpeed keeps the gradients in its engine's buffers, not in each parameter's .grad",
-                          warn=True)
+        stage = zero_stage(trainer)
+        if stage is not None:
+            self._disable(f"under DeepSpeed ZeRO-{stage} the engine reduces the gradients into its own "
+                          f"{'partitioned ' if stage else ''}buffers and applies the step inside accelerate's "
+                          "backward, so the whole gradient is never in each parameter's .grad"
+                          + (", and the weights themselves are partitioned" if stage == 3 else ""), warn=True)
         elif getattr(trainer, "is_fsdp_enabled", False):
             version = int(getattr(trainer.accelerator.state.fsdp_plugin, "fsdp_version", 1) or 1)
             if version < 2:
@@ -142,6 +147,11 @@ class KLGradMeter:
         self.measuring = False
         trainer = self.trainer
         kl_grads, self._kl = self._kl, None
+        nan = float("nan")
+        from .nonfinite import trainer_verdict
+
+        if trainer_verdict(trainer).nonfinite:  # the step is not applied; skip_nonfinite may have dropped .grad already
+            return {"loss/kl_grad_share": nan, "grad/kl_norm": nan, "grad/policy_norm": nan, "grad/kl_policy_cos": nan}
         sharded = self.mode == "backward"
         if trainer.accelerator.num_processes > 1 and not sharded:
             # averaged over processes, as DDP averages the gradients in .grad (FSDP2's backward already reduced them)
@@ -174,7 +184,6 @@ class KLGradMeter:
         kk, pp, pk = sums.tolist()  # one device sync
         kl_norm, policy_norm = math.sqrt(kk), math.sqrt(pp)  # NaN when a gradient is (math.sqrt(nan) is nan)
         # A share or cosine that cannot be computed (a NaN gradient, a zero one) is NaN, never a made-up 0.
-        nan = float("nan")
         finite = math.isfinite(kl_norm) and math.isfinite(policy_norm)
         cos = pk / (kl_norm * policy_norm) if finite and kl_norm > 0 and policy_norm > 0 else nan
         share = kl_norm / (kl_norm + policy_norm) if finite and kl_norm + policy_norm > 0 else nan
