@@ -117,13 +117,13 @@ def write_flat_recipe(tmp_path: Path, n_prompts: int, max_steps: int, callbacks:
                         reward_funcs=[str(REPO / "tests/assets/flat_reward.py") + ":mostly_flat"], callbacks=callbacks)
 
 
-def launch_two_cpu_processes(recipe: Path, probe_dir: Path) -> list[list[dict]]:
+def launch_two_cpu_processes(recipe: Path, probe_dir: Path, timeout: int = 600) -> list[list[dict]]:
     """Train ``recipe`` on two CPU ranks (gloo); returns what each rank's probe callback wrote (``rank-R.jsonl``)."""
     probe_dir.mkdir(exist_ok=True)
     proc = run_cli([venv_bin("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "-m", "rookgrpo",
                     str(recipe), "--use_cpu", "true"],
                    env={"ROOKGRPO_TEST_PROBE_DIR": str(probe_dir), "PYTHONPATH": str(REPO / "tests" / "assets")},
-                   timeout=600)
+                   timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [[json.loads(line) for line in (probe_dir / f"rank-{r}.jsonl").read_text().splitlines()] for r in (0, 1)]
 

@@ -105,6 +105,30 @@ def test_the_kl_gradient_meter_reports_nan_for_shares_it_cannot_compute(tiny_mod
         assert math.isnan(values["loss/kl_grad_share"]) and math.isnan(values["grad/kl_policy_cos"]), fill
 
 
+def test_an_fp16_runs_loss_scaler_overflows_are_routine_not_a_kernel_fault(tmp_path):
+    """The GradScaler's first steps overflow (inf grad_norm, finite loss) while it finds its scale: in an fp16 run
+    (run_info.json's precision, or the live callback's) that is an info finding, not the kernel fault, and halt_on
+    ignores it; overflows that go on to the end are a warning; without the precision, the kernel finding stands."""
+    inf = float("inf")
+    grad = [inf, inf, inf] + [0.5] * 9
+    entries = _merge(_curve("loss", [0.1] * 12), _curve("grad_norm", grad))
+    (plain,), _ = diagnose(History(entries), only=["nonfinite"])
+    assert plain.values["cause"] == "gradient" and "cuDNN" in plain.message
+    (f,), _ = diagnose(History(entries), Thresholds(precision="fp16"), only=["nonfinite"])
+    assert (f.severity, f.values["cause"]) == ("info", "loss_scale") and "cuDNN" not in f.message
+    assert "loss scaler" in f.title and "routine" in f.message
+    (f,), _ = diagnose(History(_merge(_curve("loss", [0.1] * 12), _curve("grad_norm", [0.5] * 9 + [inf] * 3))),
+                       Thresholds(precision="fp16"), only=["nonfinite"])
+    assert f.severity == "warning" and "use bf16 over fp16" in f.message
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trainer_state.json").write_text(json.dumps({"log_history": entries}))
+    (run / "run_info.json").write_text(json.dumps({"precision": "fp16"}))
+    assert load_history(run).precision == "fp16"
+    (f,), _ = diagnose(load_history(run), only=["nonfinite"])
+    assert f.severity == "info"
+
+
 def test_components_dead_or_carrying_everything_with_the_recipes_weights():
     entries = _merge(*[_curve(f"rewards/{n}/std", [s] * 12) for n, s in (("a", 0.5), ("b", 0.4), ("c", 0.01))])
     findings, _ = diagnose(History(entries))
@@ -241,6 +265,20 @@ def test_kl_gradient_on_two_processes(tmp_path):
     keys = ("grad_norm", "grad/kl_norm", "grad/policy_norm", "loss/kl_grad_share")
     # the measured KL gradient is averaged over processes, as DDP averages .grad: every rank logs the same numbers
     assert [[h[k] for k in keys] for h in per_rank[0]] == [[h[k] for k in keys] for h in per_rank[1]]
+
+
+@pytest.mark.slow
+def test_a_finding_one_rank_sees_alone_halts_every_rank_at_the_same_step(tmp_path):
+    """Rank 1 alone logs a recompile (compile/graphs is a rank's own count): with halt_on: [recompile] every rank
+    stops at the same step. A rank stopping alone would leave the other waiting in the next step's collectives."""
+    recipe = write_recipe(tmp_path / "r.yaml", max_steps=6,
+                          callbacks=[{"doctor": {"halt_on": ["recompile"], "kl_grad_every": 0}},
+                                     "doctor_probe.RecompileOnOneRank", "doctor_probe.LogProbe"])
+    ranks = launch_two_cpu_processes(recipe, tmp_path / "probe", timeout=240)
+    last = [max(h["step"] for h in logs) for logs in ranks]
+    # rank 1 logs compile/graphs from step 2; the detector counts compiles after the first logged one: step 3
+    assert last == [3, 3]
+    assert not any("compile/graphs" in h for h in ranks[0])  # rank 0 never saw it itself
 
 
 # ---- the live callback ------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from rookgrpo.callbacks import RookCallback
+
 
 def constant_reward(completions, **kwargs):
     """Every completion earns 1.0: every advantage is 0, so the only gradient left is the KL term's."""
@@ -35,3 +37,17 @@ class LogProbe(TrainerCallback):
             with open(Path(probe_dir) / f"rank-{rank}.jsonl", "w") as fh:
                 for entry in state.log_history:
                     fh.write(json.dumps(entry) + "\n")
+
+
+
+class RecompileOnOneRank(RookCallback):
+    """Rank 1 alone logs ``compile/graphs`` = 1 from step 2 on, as a rank that compiled again by itself would, behind
+    the diagnostics (which share the count over ranks): only that rank's doctor sees a recompile."""
+
+    state_key = "recompile_on_one_rank"
+
+    def on_step_end(self, args, state, control, **kwargs):
+        from rookgrpo.trl_compat import log_metric
+
+        if os.environ.get("RANK") == "1" and state.global_step >= 2:
+            log_metric(self.trainer, "compile/graphs", 1.0)

@@ -167,14 +167,16 @@ def detect_nonfinite(h: History, t: Thresholds) -> list[Finding]:
         where = f"{name} was NaN/inf at {len(bad)} of {len(values)} logged step(s), first at step {bad[0]}"
         if kernel and not skipped and (t.precision or h.precision) == "fp16":
             # fp16: the loss scaler skips a step whose scaled gradients overflowed and lowers its scale: routine while
-            # it finds its scale (rookgrpo's skipped_updates counts only what the scaler does not explain).
+            # it finds its scale (rookgrpo's skipped_updates counts only what the scaler does not explain), and it is
+            # over once the gradients are finite again.
+            ended = bad[-1] < steps[-1] and len(after) >= 2 and all(math.isfinite(v) for v in after)
             out.append(Finding(
                 "nonfinite", f"{name} overflowed under fp16's loss scaler", bad[0], bad[-1],
-                severity="info" if isolated else "warning", subject=name,
-                values={"steps": len(bad), "carried_on": isolated, "cause": "loss_scale", "skipped": False},
+                severity="info" if ended else "warning", subject=name,
+                values={"steps": len(bad), "carried_on": ended, "cause": "loss_scale", "skipped": False},
                 message=f"{where}, with a finite loss, in an fp16 run: the loss scaler's overflows, each step skipped "
                         "by the scaler and its scale lowered" + (
-                            "; routine while it finds its scale." if isolated else
+                            "; routine while it finds its scale." if ended else
                             ", and they go on to the end: the scale keeps falling and the updates are skipped. Fix: "
                             "use bf16 over fp16, keep max_grad_norm > 0, lower learning_rate.")))
             continue
