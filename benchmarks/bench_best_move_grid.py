@@ -81,6 +81,19 @@ class Grid:
     fallback_best_up: bool = False
     metrics: list = field(default_factory=lambda: list(METRICS))
     panel: int = VAL_POLICY  # the guard's validation panel's P: positions, for the panel sizing table
+    #: metrics that must not fall by more than ``-guard_t`` standard errors (t > guard_t), apart from ``held``
+    guards: tuple = ()
+    guard_t: float = -1.5
+    #: metrics for which a rise is the bad direction (a rate of broken answers): their t is read with its sign flipped
+    lower_better: tuple = ()
+    #: arms that are references, never shipped (vanilla TRL)
+    references: tuple = ()
+    #: with no arm meeting the rule, the arm closest to it by the rule's order (best move up, then format held, then
+    #: the most guards held, then the largest best-move gain), saying which condition it misses
+    order_fallback: bool = False
+    #: arms judged on another arm's trajectories by another selection rule: name -> (trained arm, floor metric): the
+    #: guard's score, among the evaluated steps whose floor metric is not below the start's
+    derived: dict = field(default_factory=dict)
 
 
 BEST_MOVE = Grid(script="benchmarks/bench_best_move_grid.py", plan="docs/experiments/2026-11-27-best-move-grid-plan.md",
@@ -96,7 +109,12 @@ def rule(base: dict, rs: list[dict], spec: Grid = BEST_MOVE) -> dict:
     for k, _ in spec.metrics:
         mean, se = grid.mean_se([r["eval"][k] - base[k] for r in rs])
         d[k] = {"mean": mean, "se": se, "t": grid.t_stat(mean, se)}
-    d["meets_rule"] = all(d[k]["t"] >= 2 for k in spec.up) and all(d[k]["t"] > -1 for k in spec.held)
+    good = lambda k: -d[k]["t"] if k in spec.lower_better else d[k]["t"]  # noqa: E731  (t in the good direction)
+    conditions = {f"{k} up (t ≥ 2)": good(k) >= 2 for k in spec.up}
+    conditions.update({f"{k} held (t > -1)": good(k) > -1 for k in spec.held})
+    conditions.update({f"{k} held (t > {spec.guard_t:g})": good(k) > spec.guard_t for k in spec.guards})
+    d["conditions"] = conditions
+    d["meets_rule"] = all(conditions.values())
     return d
 
 
@@ -111,12 +129,21 @@ def decide(base: dict, runs: dict, spec: Grid = BEST_MOVE) -> dict:
     GRPO arm that best holds greedy format (largest mean format change; best-move gain breaks a tie), among those whose
     best move rises with t ≥ 2 where the grid's fallback asks it."""
     rules = {a: rule(base, rs, spec) for a, rs in runs.items() if len({r["seed"] for r in rs}) >= 2}
-    candidates = [a for a in rules if a not in spec.supervised]
+    candidates = [a for a in rules if a not in spec.supervised and a not in spec.references]
     meeting = [a for a in candidates if rules[a]["meets_rule"]]
     rising = [a for a in candidates if rules[a]["best_move_accuracy"]["t"] >= 2]
     if meeting:
         pick = max(meeting, key=lambda a: rules[a]["best_move_accuracy"]["mean"])
         why = "meets the rule with the largest best-move gain"
+    elif candidates and spec.order_fallback:
+        def closeness(a):
+            met = list(rules[a]["conditions"].values())
+            ups, helds = len(spec.up), len(spec.up) + len(spec.held)
+            return (all(met[:ups]), all(met[ups:helds]), sum(met[helds:]), rules[a]["best_move_accuracy"]["mean"])
+
+        pick = max(candidates, key=closeness)
+        missed = [c for c, ok in rules[pick]["conditions"].items() if not ok]
+        why = f"no arm meets the rule: the closest by the rule's order, missing {'; '.join(missed)}"
     elif candidates:
         pool = rising if spec.fallback_best_up and rising else candidates
         pick = max(pool, key=lambda a: (rules[a]["format_rate"]["mean"], rules[a]["best_move_accuracy"]["mean"]))
@@ -125,6 +152,46 @@ def decide(base: dict, runs: dict, spec: Grid = BEST_MOVE) -> dict:
     else:
         pick, why = None, "no arm measured"
     return {"rules": rules, "pick": pick, "why": why}
+
+
+def floor_pick(heldout: dict, weights: dict, floor: str) -> int:
+    """The step a guard with ``floor`` as a floor picks on one trajectory: the best guard score (``weights``: metric
+    -> weight) among the evaluated steps whose ``floor`` metric is not below the start's; the earliest on a tie, as the
+    guard keeps a step until another beats it. ``heldout``: step (as text) -> that evaluation's ``heldout/*``.
+
+    >>> h = {"0": {"heldout/f": 0.9, "heldout/s": 1.0}, "20": {"heldout/f": 0.8, "heldout/s": 3.0},
+    ...      "40": {"heldout/f": 0.95, "heldout/s": 2.0}}
+    >>> floor_pick(h, {"heldout/s": 1.0}, "heldout/f")
+    40
+    """
+    steps = sorted(int(s) for s in heldout)
+    start = heldout[str(steps[0])][floor]
+    eligible = [s for s in steps if heldout[str(s)][floor] >= start]
+    score = lambda s: sum(w * heldout[str(s)][k] for k, w in weights.items())  # noqa: E731
+    best = max(score(s) for s in eligible)
+    return next(s for s in eligible if score(s) == best)
+
+
+def derived_run(r: dict, floor: str, arm: str, settings, evaluate, per_row_keys) -> dict:
+    """``r``'s trajectory judged by the weights a guard with ``floor`` as a floor picks (:func:`floor_pick`, with the
+    run's guard's own metric), evaluated like the trained arms; the guard's own evaluation when it picks the same."""
+    guard = next(c for c in grid.arm_spec(arm)["heldout"] if c["name"] == "heldout_guard")
+    step = floor_pick(r["heldout"], guard["metric"], floor)
+    out = {k: r[k] for k in ("seed", "measured", "steps", "seconds", "generated") if k in r}
+    out["guard_step"] = step
+    if step == r.get("guard_step"):
+        return {**out, "eval": r["eval"], "per_row": r["per_row"], "same_as_guard": True}
+    m = evaluate(grid.snapshot_model(r, step, f"{r['model']}-floor"), DATA, settings=settings, progress=False)
+    return {**out, "eval": {k: v for k, v in m.items() if k not in ("samples", "model", *per_row_keys)},
+            "per_row": {k: m["per_row"][k] for k in PER_ROW}, "same_as_guard": False}
+
+
+def _arm_text(arm: str, spec: Grid) -> str:
+    if arm in spec.derived:
+        trained, floor = spec.derived[arm]
+        return (f"the runs of `{trained}`, judged by the weights its guard picks with `{floor}` as a floor (the "
+                "best guard score among the evaluated steps whose floor metric is not below the start's)")
+    return grid.arm_text(arm)
 
 
 def _cell(c: dict) -> str:
@@ -229,7 +296,7 @@ def report(base: dict, runs: dict, partial: str | None = None, command: str | No
                              f"{z['positions_needed'] if z['positions_needed'] else 'no gain to resolve'} |")
     seeds = seed_text(r["seed"] for rs in runs.values() for r in rs)
     return {"title": f"{spec.title} (tiny-rookworld, 200 steps, seeds {seeds})",
-            "description": f"Arms: " + "; ".join(f"`{a}`: {grid.arm_text(a)}" for a in runs) + ". Greedy evaluation on "
+            "description": f"Arms: " + "; ".join(f"`{a}`: {_arm_text(a, spec)}" for a in runs) + ". Greedy evaluation on "
                            f"the {base['n_policy']} P: and {base['n_env']} A: reported held-out positions ({DATA}), "
                            f"Stockfish depth {DEPTH}. Plan and rule: {spec.plan}.",
             "table": "\n".join(lines), "command": command, "start": base, "runs": runs, "paired": pairs,
@@ -255,7 +322,8 @@ def main(argv=None, spec: Grid = BEST_MOVE, description: str | None = None):
             if changed := grid.same_start(saved[0]["start"], other["start"]):
                 ap.error(f"--from_result {f}: its start evaluates differently from {args.from_result[0]}'s "
                          f"({'; '.join(changed)}); only runs from one start can be tabled together")
-        runs = {a: [r for s in saved for r in s["runs"].get(a, [])] for a in args.arms}
+        names = [*args.arms, *(d for d, (a, _) in spec.derived.items() if a in args.arms)]
+        runs = {a: [r for s in saved for r in s["runs"].get(a, [])] for a in names}
         for arm, rs in runs.items():
             if len({r["seed"] for r in rs}) < len(rs):
                 ap.error(f"--from_result: arm {arm} has a seed twice across {', '.join(args.from_result)}")
@@ -269,7 +337,7 @@ def main(argv=None, spec: Grid = BEST_MOVE, description: str | None = None):
 
     settings = EngineSettings(depth=DEPTH)
     partial = Path(f"{args.out}.partial") if args.out else None
-    runs: dict[str, list[dict]] = {a: [] for a in ARMS}
+    runs: dict[str, list[dict]] = {a: [] for a in [*ARMS, *spec.derived]}
     base = evaluate("rookgrpo/tiny-rookworld", DATA, settings=settings, progress=False)
     base = {k: v for k, v in base.items() if k not in ("samples", "per_row_cluster", "completions")}
     if partial is not None and partial.exists():
@@ -291,9 +359,16 @@ def main(argv=None, spec: Grid = BEST_MOVE, description: str | None = None):
                          per_row={k: m["per_row"][k] for k in PER_ROW})
                 runs[arm].append(r)
                 print(f"seed {seed} {arm}: " + ", ".join(f"{label} {m[k]:.3f}" for k, label in METRICS), flush=True)
+                for name, (trained, floor) in spec.derived.items():
+                    if trained == arm and not any(x["seed"] == seed for x in runs.setdefault(name, [])):
+                        d = derived_run(r, floor, arm, settings, evaluate, PER_ROW_KEYS)
+                        runs[name].append(d)
+                        print(f"seed {seed} {name} (step {d['guard_step']}): " +
+                              ", ".join(f"{label} {d['eval'][k]:.3f}" for k, label in METRICS), flush=True)
                 if partial is not None:
                     partial.write_text(json.dumps({"start": base, "runs": runs}, indent=1))
-    return finish(report(base, {a: runs[a] for a in ARMS if runs[a]}, command=command_text(argv, spec), spec=spec),
+    return finish(report(base, {a: runs[a] for a in [*ARMS, *spec.derived] if runs.get(a)},
+                         command=command_text(argv, spec), spec=spec),
                   args.out)
 
 

@@ -113,6 +113,11 @@ ARM_SPECS: dict[str, dict] = {
     "guard": {"heldout": FRESH_GUARD},
     "sft-only-PB": {"set": {"learning_rate": 1e-5, "lr_scheduler_type": "cosine"}, "callbacks": [ANCHOR_PB],
                     "weights": 0.0, "remove": ["zero_std_resampling"], "heldout": FRESH_GUARD},
+    # The format-gate grid's (docs/experiments/2026-12-01-format-gate-grid-plan.md): the chess P: components with
+    # format_gate on (an ill-formed answer keeps only chess_format's credit), and TRL's GRPOTrainer at the shipped
+    # recipe's learning rate and schedule.
+    "format-gate": {"gate": True},
+    "vanilla-shipped": {"set": {"learning_rate": 2e-6, "lr_scheduler_type": "cosine"}},
 }
 ARMS = tuple(ARM_SPECS)
 # Arms whose lever lost the grid and was removed from the package (docs/experiments/2026-11-27-grpo-grid-plan.md): their
@@ -120,7 +125,8 @@ ARMS = tuple(ARM_SPECS)
 # one that removed it (`git log -1 --format=%h -- FILE`) runs them.
 RETIRED = {"reference-credit": "src/rookgrpo/callbacks/reference_credit.py",
            "negative-A-0.25": "src/rookgrpo/callbacks/advantage_weights.py"}
-VANILLA_ARMS = ("vanilla", "vanilla_positions")  # TRL's GRPOTrainer: no resampling, so budget and flat share are fixed
+VANILLA_ARMS = ("vanilla", "vanilla_positions", "vanilla-shipped")  # TRL's GRPOTrainer: no resampling, so budget and
+# flat share are fixed
 ARM_TEXT = {
     "vanilla": "TRL's `GRPOTrainer` as it is (on GPT-2 it scores left-padded completions at shifted positions)",
     "vanilla_positions": "vanilla with rookgrpo's `position_ids_from_mask` hook, its one default-on correction",
@@ -152,10 +158,15 @@ ARM_TEXT = {
     "sft-only-PB": "`sft_anchor` scored on the B: move (P:) and whole A: lines at coef 0.1, learning rate 1e-5 cosine, "
                    "every reward weighted 0 and no resampling, with the guard (the B:-only anchor's supervised steps "
                    "alone)",
+    "format-gate": "the chess P: components (legality, move rank, candidates, evals) with `format_gate: true`: an "
+                   "ill-formed answer keeps only `chess_format`'s credit",
+    "vanilla-shipped": "TRL's `GRPOTrainer` with the shipped recipe's fields (learning rate 2e-6, cosine; its beta, "
+                       "one temperature, no resampling, anchor or guard): judged by its last step's weights",
 }
 # The levers an arm can combine with ``+`` (e.g. ``lr1e-5-cosine+anchor-0.1``: the grid's ``best`` arm, named by what it
 # combines): the recipe's changes, not the vanilla arms, the recipe itself or the supervised control.
-BASELINES = ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature")  # what the grid's levers change
+BASELINES = ("vanilla", "vanilla_positions", "rookgrpo", "rookgrpo_one_temperature", "vanilla-shipped")  # what the
+# grid's levers change
 CONTROLS = ("sft-only", "sft-only-PA", "sft-only-PB")  # supervised steps alone: arms of their own, not levers
 LEVERS = tuple(a for a in ARMS if a not in (*BASELINES, *CONTROLS))
 
@@ -184,8 +195,9 @@ def arm_spec(arm: str) -> dict:
                   "task_kwargs": {}}
     for part in parts:
         s = ARM_SPECS[part]
-        if "heldout" in s:
-            spec["heldout"] = s["heldout"]
+        for key in ("heldout", "gate"):
+            if key in s:
+                spec[key] = s[key]
         for key in ("set", "rewards", "reward_weights", "task_kwargs"):
             if clash := set(s.get(key, {})) & set(spec[key]):
                 raise ValueError(f"arm {arm!r}: {part} sets {', '.join(sorted(clash))}, which another part sets too")
@@ -320,6 +332,10 @@ def arm_recipe(arm: str, tmp: str) -> str:
                                             task: {**recipe["task_generation_kwargs"].get(task, {}), **kwargs}}
     if "weights" in spec:
         recipe["reward_weights"] = [spec["weights"]] * len(recipe["reward_funcs"])
+    if spec.get("gate"):
+        from rookgrpo.chess.rewards import with_format_gate
+
+        recipe["reward_funcs"] = with_format_gate(recipe["reward_funcs"])
     path = Path(tmp) / f"{arm.replace('+', '_')}.yaml"
     path.write_text(yaml.safe_dump(recipe))
     return str(path)
@@ -366,17 +382,66 @@ def run(arm: str, seed: int, steps: int, tmp: str) -> dict:
     flat.trainer = fmt.trainer = trainer
     logs = LogRecorder()
     trainer.add_callback(logs)
+    snapshots = None
+    if arm_spec(arm).get("heldout"):  # the weights of every held-out evaluation, for other selection rules
+        every = next(c["every"] for c in arm_spec(arm)["heldout"] if c["name"] == "chess_eval")
+        snapshots = EvalSnapshots(f"{out}/snapshots", every)
+        trainer.add_callback(snapshots)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
     trainer.save_model(out)  # with a guard: the weights it handed back
     guard = [h["heldout_guard/best_step"] for h in trainer.state.log_history if "heldout_guard/best_step" in h]
+    heldout = {}
+    for h in trainer.state.log_history:
+        values = {k: v for k, v in h.items() if k.startswith("heldout/")}
+        if values:
+            heldout.setdefault(h["step"], {}).update(values)
     return {"model": out, "steps": trainer.state.global_step, "seconds": seconds,
             **({"guard_step": guard[-1]} if guard else {}),
+            **({"heldout": {str(k): v for k, v in sorted(heldout.items())}, "snapshots": snapshots.folder}
+               if snapshots else {}),
             "generated": budget if budget_cb is None else budget_cb.generated,
             "a_groups": flat.first[1], "a_flat_before": flat.first[0] / flat.first[1] if flat.first[1] else float("nan"),
             "a_flat_after": logs.a_flat_after(arm, flat),
             "p_format_flat": fmt.first[0] / fmt.first[1] if fmt.first[1] else float("nan"), **logs.flat_all()}
+
+
+class EvalSnapshots(TrainerCallback):
+    """Keeps the model's weights at each held-out evaluation (step 0 and every ``every`` steps) in ``folder``
+    (``step-N.pt``), so a selection rule other than the run's guard can be judged on the same trajectory."""
+
+    def __init__(self, folder: str, every: int):
+        self.folder, self.every = folder, int(every)
+
+    def _save(self, model, step: int) -> None:
+        import torch
+
+        Path(self.folder).mkdir(parents=True, exist_ok=True)
+        torch.save({k: v.detach().cpu().clone() for k, v in model.state_dict().items()}, f"{self.folder}/step-{step}.pt")
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 0:
+            self._save(model, 0)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step % self.every == 0:
+            self._save(model, state.global_step)
+
+
+def snapshot_model(run: dict, step: int, out: str) -> str:
+    """A model folder holding the weights ``run`` had at ``step`` (its :class:`EvalSnapshots`), beside the run's own
+    config and tokenizer."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(run["model"], out, dirs_exist_ok=True, ignore=shutil.ignore_patterns("snapshots", "checkpoint-*"))
+    model = AutoModelForCausalLM.from_pretrained(run["model"])
+    model.load_state_dict(torch.load(f"{run['snapshots']}/step-{step}.pt", weights_only=True))
+    model.save_pretrained(out)
+    return out
 
 
 class LogRecorder(TrainerCallback):

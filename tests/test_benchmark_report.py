@@ -211,6 +211,11 @@ def test_every_grid_arm_is_a_valid_recipe_that_differs_from_the_shipped_one_as_n
             assert getattr(config, key) in (value, type(getattr(config, key))(value)), (arm, key)
         assert all(name in names for name in (c["name"] for c in spec.get("callbacks", ())))
         added = list(spec.get("rewards", {}))
+        if spec.get("gate"):  # the format-gate grid's lever: the P: components with format_gate on, nothing else
+            from rookgrpo.chess.rewards import with_format_gate
+
+            assert recipe["reward_funcs"] == with_format_gate(shipped["reward_funcs"]) != shipped["reward_funcs"]
+            recipe["reward_funcs"] = [r if isinstance(r, str) else r["name"] for r in recipe["reward_funcs"]]
         assert recipe["reward_funcs"] == shipped["reward_funcs"] + added, arm
         if "weights" in spec:
             assert set(recipe["reward_weights"]) == {spec["weights"]}
@@ -318,6 +323,40 @@ def test_b_anchor_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     assert f"| {b2e6} − sft-only-PB |" in result["table"] and "guard's step" in result["table"]
     assert result["command"].startswith("python benchmarks/bench_b_anchor_grid.py --from_result")
     assert "2026-11-29-b-anchor-grid-plan.md" in result["description"]
+
+
+def test_format_gate_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
+    """docs/experiments/2026-12-01-format-gate-grid-plan.md: best move up at t >= 2, format above t -1, move-rank
+    reward and A: exact above t -1.5 and broken A: boards below t 1.5 (a rise is the bad direction); vanilla never
+    ships; with none meeting it, the closest by the rule's order ships, naming what it misses; the floor arms are
+    tabled beside the trained ones."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    bench = load_script(REPO / "benchmarks" / "bench_format_gate_grid.py")
+    bm = bench.bm
+    keys = [k for k, _ in bench.METRICS]
+    base = {**dict.fromkeys(keys, 0.5), "n_policy": 192, "n_env": 64}
+
+    def runs(best, fmt, broken=(0.5,) * 5):
+        return [{"seed": s, "eval": {**dict.fromkeys(keys, 0.5), "best_move_accuracy": b, "format_rate": f,
+                                     "env_broken_rate": x}, "p_format_flat": 0.8, "guard_step": 20 * s,
+                 "measured": {"commit": "c"}} for s, (b, f, x) in enumerate(zip(best, fmt, broken), 1)]
+
+    up, flat, down = [0.52, 0.53, 0.52, 0.53, 0.52], [0.5] * 5, [0.49, 0.48, 0.49, 0.48, 0.49]
+    floor_control, floor_charged = bench.DERIVED
+    arms = {bench.CONTROL: runs(up, down), bench.CHARGED: runs(up, flat, broken=[0.52, 0.53, 0.52, 0.53, 0.52]),
+            floor_charged: runs([0.51, 0.52, 0.51, 0.52, 0.51], flat), "vanilla-shipped": runs([0.6] * 5, flat),
+            floor_control: runs(flat, flat)}
+    decision = bm.decide(base, arms, bench.FORMAT_GATE)
+    rules = decision["rules"]
+    assert not rules[bench.CHARGED]["meets_rule"]  # more broken A: boards (t 7.4 the bad way)
+    assert rules["vanilla-shipped"]["meets_rule"] and decision["pick"] == floor_charged  # vanilla: a reference
+    del arms[floor_charged]
+    fallback = bm.decide(base, arms, bench.FORMAT_GATE)
+    assert fallback["pick"] == bench.CHARGED  # best move up and format held beat the control's format loss
+    assert "missing env_broken_rate held (t > -1.5)" in fallback["why"]
+    result = bench.main(["--from_result", str(_partial(tmp_path, base, arms))])
+    assert f"| {floor_control} − {bench.CONTROL} |" in result["table"]
+    assert "judged by the weights its guard picks with `heldout/format_rate` as a floor" in result["description"]
 
 
 def _partial(tmp_path, base, runs):

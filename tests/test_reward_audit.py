@@ -98,6 +98,30 @@ def test_an_eval_list_one_longer_than_the_moves_is_charged_by_chess_format_alone
     assert table.share("one eval too many") == pytest.approx(1 - 0.25 / 3 / best["total"])
 
 
+# Ill-formed in every position ("all legal moves" is well-formed where a position has five legal moves or fewer).
+ILL_FORMED = ("one eval too many", "one eval too few", "an eval not a number", "a sixth move", "best move repeated",
+              "legal move repeated")
+
+
+@pytest.mark.parametrize("data", list(data_sets()))
+def test_with_the_format_gate_an_ill_formed_answer_earns_less_than_the_engines_second_best(data):
+    """format_gate on the P: components (the B:-only anchor grid's successor arm): every ill-formed answer keeps only
+    chess_format's partial credit, below the engine's 2nd-best move well-formed, whatever its moves are worth."""
+    from rookgrpo.chess.rewards import GATED_REWARDS, with_format_gate
+
+    recipe = yaml.safe_load((REPO / "recipes" / "rookworld-tiny.yaml").read_text())
+    recipe.update(reward_funcs=with_format_gate(recipe["reward_funcs"]), stockfish_depth=6, stockfish_workers=2)
+    funcs, weights, settings = recipe_rewards(recipe)
+    table = audit(funcs, weights, load_rookworld(data)["text"], settings, n=60, seed=1)[0]
+    for answer in ILL_FORMED:
+        row = table.rows[answer]
+        assert all(row[name] == 0.0 for name in GATED_REWARDS if name in row), (data, answer)
+        assert table.share(answer) < table.share("engine 2nd"), (data, answer)
+        assert table.share(answer) <= 0.25 * row["chess_format"] / table.rows["engine best"]["total"] + 1e-9
+    assert table.share("engine 2nd") < table.share("engine best") == 1.0
+    assert table.share("constant evals") < 1.0 and table.rows["constant evals"]["chess_move_rank"] > 0  # well-formed
+
+
 @pytest.mark.slow
 def test_audit_command_prints_and_writes_the_tables(tmp_path):
     out = tmp_path / "audit.json"

@@ -20,7 +20,12 @@ Policy task (``P:`` rows), each a full completion (``M: ... E: ... B: ...``):
 - ``constant evals``: the reference with every eval replaced by 0.0;
 - ``one eval too many``: the reference with a ``0.0`` eval after the last (E: one longer than M:): every ill-formed
   answer GRPO added in the shipped recipe's ``make train`` runs had an E: list one longer or shorter than its M: list
-  (docs/results.md).
+  (docs/results.md);
+- ``one eval too few``: the reference with its last eval left out (E: one shorter than M:);
+- ``an eval not a number``: the reference with its last eval written ``-``;
+- ``a sixth move``: the reference with a sixth M: move (a legal one outside the engine's top 5) and its ``0.0``
+  eval: a list one longer than RookWorld's five (twice among the broken answers of those runs); in a position with
+  no legal move outside the top 5, the best move again.
 
 Environment task (``A:`` rows; when the data has none, one per ``P:`` position playing its B: label), split into
 rows whose move is legal and rows whose move is illegal:
@@ -79,6 +84,7 @@ def policy_answers(fen: str, analysis: Analysis, rng: random.Random) -> dict[str
     top, evals = list(analysis.moves), [_eval_text(cp) for cp in analysis.scores]
     sample = rng.sample(legal, min(5, len(legal)))
     pawn, knight = ("a2a3", "g1f3") if board.turn == chess.WHITE else ("a7a6", "g8f6")
+    sixth = next((m for m in legal if m not in top), top[0])  # a legal move the top 5 leaves out, else the best again
     return {
         REFERENCE: _line(top, evals, top[0]),
         "engine 2nd": _line(top, evals, top[min(1, len(top) - 1)]),
@@ -91,6 +97,9 @@ def policy_answers(fen: str, analysis: Analysis, rng: random.Random) -> dict[str
         "legal move repeated": _line([sample[0]] * 5, ["0.0"] * 5, sample[0]),
         "constant evals": _line(top, ["0.0"] * len(top), top[0]),
         "one eval too many": _line(top, [*evals, "0.0"], top[0]),
+        "one eval too few": _line(top, evals[:-1], top[0]),
+        "an eval not a number": _line(top, [*evals[:-1], "-"], top[0]),
+        "a sixth move": _line([*top, sixth], [*evals, "0.0"], top[0]),
     }
 
 
