@@ -217,7 +217,7 @@ class RookGRPOTrainer(GRPOTrainer):
         """
         if self._task_settings is not None:
             self._task_settings.before_loss(self)
-        training = torch.is_grad_enabled() and model.training
+        training = torch.is_grad_enabled() and getattr(model, "training", True)  # TRL's tests pass no module
         if self._phases is not None and torch.is_grad_enabled():
             self._phases.start("loss")
         if self._loss_hooks:

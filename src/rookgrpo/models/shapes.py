@@ -44,12 +44,19 @@ QWEN25_CHAT_TEMPLATE = (
 )
 
 
-def _fill_vocab(tokenizer, size: int, prefix: str) -> None:
-    """Add unused special tokens until the tokenizer has ``size`` ids, so every id the model can sample decodes."""
-    missing = size - len(tokenizer)
-    if missing > 0:
-        tokenizer.add_special_tokens({"additional_special_tokens": [f"<|{prefix}_{i}|>" for i in range(missing)]},
-                                     replace_extra_special_tokens=False)
+def _fill_vocab(bpe, size: int, prefix: str):
+    """``bpe`` (a trained ``tokenizers.Tokenizer``) with unused entries appended to its BPE vocabulary until it has
+    ``size`` ids, so every id the model can sample decodes. Vocabulary entries that no merge produces, not added
+    tokens: a tokenizer with tens of thousands of added tokens takes ~20 s to load in transformers 5."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    spec = json.loads(bpe.to_str())
+    vocab = spec["model"]["vocab"]
+    start = max(len(vocab), *(t["id"] + 1 for t in spec["added_tokens"])) if spec["added_tokens"] else len(vocab)
+    vocab.update({f"<|{prefix}_{i}|>": start + i for i in range(size - start)})
+    return Tokenizer.from_str(json.dumps(spec))
 
 
 def gpt2_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 50257):
@@ -66,10 +73,8 @@ def gpt2_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 50257):
     bpe.train_from_iterator(list(texts), trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=["<|endoftext|>"], show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                  unk_token="<|endoftext|>")
-    _fill_vocab(tok, vocab_size, "unused")
-    return tok
+    return PreTrainedTokenizerFast(tokenizer_object=_fill_vocab(bpe, vocab_size, "unused"), eos_token="<|endoftext|>",
+                                   bos_token="<|endoftext|>", unk_token="<|endoftext|>")
 
 
 def build_rookworld_lm_shape(out_dir: str | os.PathLike, texts: Sequence[str], seed: int = 0, **sizes) -> Path:
@@ -100,10 +105,9 @@ def qwen2_bpe_tokenizer(texts: Sequence[str], vocab_size: int = 4096):
     bpe.train_from_iterator(list(texts), trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=specials, show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  additional_special_tokens=specials[1:])
+    tok = PreTrainedTokenizerFast(tokenizer_object=_fill_vocab(bpe, vocab_size, "extra"), eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>", additional_special_tokens=specials[1:])
     tok.chat_template = QWEN25_CHAT_TEMPLATE
-    _fill_vocab(tok, vocab_size, "extra")
     return tok
 
 
