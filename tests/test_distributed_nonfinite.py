@@ -47,7 +47,7 @@ RUNS = {
     "zero2-bf16-nocheck": ("zero2-bf16-nocheck", "bf16", "gradient", "vetoed"),
     "zero3-nan-loss": ("zero3", "fp32", "loss_only", "vetoed"),
 }
-HALTS = ("fsdp2", "zero3", "zero2-bf16-nocheck")  # DDP's: test_doctor (one rank's finding halts every rank)
+HALTS = ("ddp", "fsdp2", "zero3", "zero2-bf16-nocheck")
 
 
 def _launch(tmp_path, layout: str, precision: str, kind: str, **overrides) -> dict:

@@ -54,7 +54,7 @@ def _fill_vocab(bpe, size: int, prefix: str):
 
     spec = json.loads(bpe.to_str())
     vocab = spec["model"]["vocab"]
-    start = max(len(vocab), *(t["id"] + 1 for t in spec["added_tokens"])) if spec["added_tokens"] else len(vocab)
+    start = max([len(vocab), *(t["id"] + 1 for t in spec["added_tokens"])])
     vocab.update({f"<|{prefix}_{i}|>": start + i for i in range(size - start)})
     return Tokenizer.from_str(json.dumps(spec))
 
