@@ -15,6 +15,11 @@ RUN_DIR ?= runs/rookworld-tiny
 EVAL_DATA ?= rookgrpo/tiny-rookworld-eval
 EVAL_DEPTH ?= 8
 PYTEST_ARGS ?=
+# The suite runs in two parts: the tests not marked `distributed` on every core (pytest-xdist: each test goes to a
+# free worker, tests that share a module fixture to one), then the `distributed` ones alone (two processes in
+# lockstep over gloo, which other work on the cores slows about 3x). Where PYTEST_ARGS selects none of the latter,
+# the second part has nothing to run and passes.
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 # Extra `--field value` overrides of the recipe for `make train`'s GRPO run, e.g. TRAIN_ARGS="--seed 43", or
 # TRAIN_ARGS="--bf16 true": torch autocast in bf16 on CPU, 0.90x the step time where the CPU has bf16 units
 # (benchmarks/bench_precision.py); measured and not the default, docs/model-card.md says what it changed.
@@ -72,7 +77,8 @@ train-smoke: setup
 	$(VENV)/bin/rookgrpo plot runs/smoke
 
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed" $(PYTEST_ARGS)
+	$(PY) -m pytest -m distributed $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The oldest supported TRL, the other libraries at constraints.txt's versions, in a venv of its own: CI's second leg.
 test-oldest-trl:
@@ -81,7 +87,8 @@ test-oldest-trl:
 	grep -v '^trl==' constraints.txt > $(OLDEST_VENV)/constraints.txt
 	DS_BUILD_OPS=0 $(OLDEST_VENV)/bin/pip install -c $(OLDEST_VENV)/constraints.txt "trl==$(OLDEST_TRL)" -e ".[all,test]"
 	$(OLDEST_VENV)/bin/python -c "import trl; assert trl.__version__ == '$(OLDEST_TRL)', trl.__version__"
-	$(OLDEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(OLDEST_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed" $(PYTEST_ARGS)
+	$(OLDEST_VENV)/bin/python -m pytest -m distributed $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 bench: setup
 	$(PY) benchmarks/run_all.py

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -18,12 +19,40 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... under pytest -n N (make test)
+if _WORKER:
+    # Several workers share the cores: OpenMP threads that wait sleep instead of spinning on a core another worker's
+    # process needs (the thread counts, and so every number, stay as in one process).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Each worker is its own job on this machine: its own sandbox uids (the hostile corpus counts what runs under them)
+    # and its own temporary folder (where sandboxes make their work dirs, which the corpus checks are all removed).
+    _index = int(_WORKER.removeprefix("gw") or 0)
+    os.environ["ROOKGRPO_SANDBOX_UID_BASE"] = str(61000 + 1024 * _index)
+    _tmp = Path("/tmp") / f"pytest-worker-{os.getuid()}-{_WORKER}"
+    _tmp.mkdir(exist_ok=True)
+    os.environ["TMPDIR"] = str(_tmp)
+    tempfile.tempdir = None  # read TMPDIR again
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (``make test``): a test that uses a module- or class-scoped fixture runs on its file's
+    worker, so that fixture is built once; every other test goes to whichever worker is free."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        scopes = {d.scope for defs in (info.name2fixturedefs.values() if info else ()) for d in defs}
+        if scopes & {"module", "class", "package"}:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
     """Packaged short names build into a per-session cache, so tests never reuse a stale model."""
-    cache = tmp_path_factory.mktemp("rookgrpo-cache")
+    if _WORKER:  # one cache for all of this run's workers (pytest-N/): a packaged model builds once, under its lock
+        cache = tmp_path_factory.getbasetemp().parent / "rookgrpo-cache"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("rookgrpo-cache")
     old = os.environ.get("ROOKGRPO_CACHE")
     os.environ["ROOKGRPO_CACHE"] = str(cache)
     yield cache

@@ -27,6 +27,7 @@ import yaml
 from conftest import REPO, read_json, run_cli, venv_bin
 
 pytest.importorskip("deepspeed")
+pytestmark = pytest.mark.distributed  # two processes each: `make test` runs these alone, after the rest
 
 ASSETS = REPO / "tests" / "assets"
 NAN_STEP = 3

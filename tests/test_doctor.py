@@ -250,6 +250,7 @@ def test_measuring_changes_nothing_in_training(tiny_model_dir, smoke_dataset, tm
     assert all(0 < h["loss/kl_grad_share"] < 1 and -1 <= h["grad/kl_policy_cos"] <= 1 for h in measured)
 
 
+@pytest.mark.distributed
 def test_kl_gradient_on_two_processes(tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", max_steps=3, beta=0.05,
                           reward_funcs=[str(REPO / "tests/assets/doctor_probe.py") + ":constant_reward"],
@@ -267,6 +268,7 @@ def test_kl_gradient_on_two_processes(tmp_path):
     assert [[h[k] for k in keys] for h in per_rank[0]] == [[h[k] for k in keys] for h in per_rank[1]]
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_a_finding_one_rank_sees_alone_halts_every_rank_at_the_same_step(tmp_path):
     """Rank 1 alone logs a recompile (compile/graphs is a rank's own count): with halt_on: [recompile] every rank

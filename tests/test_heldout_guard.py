@@ -254,6 +254,7 @@ def test_a_resume_in_another_layout_is_refused_naming_both(tmp_path):
         guard_on(2, True).load_files(str(whole))
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_an_fsdp2_run_resumed_on_fewer_ranks_is_refused_at_resume(tmp_path):
     """Under FSDP2 the guard saves a file per rank: a run saved by 2 CPU processes and resumed by 1 stops at the

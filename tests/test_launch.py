@@ -12,6 +12,7 @@ from conftest import REPO, losses_and_rewards, read_json, run_cli, venv_bin, wri
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.distributed
 def test_two_process_cpu_launch_runs_on_both_ranks(tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", max_steps=3,
                           reward_funcs=[str(REPO / "tests/assets/rank_probe.py") + ":rank_probe"])
@@ -114,7 +115,9 @@ def _launch_lines():
             for line in block.splitlines():
                 command = line.split("#", 1)[0].strip()
                 if command:
-                    lines.append(pytest.param(command, id=f"{path}:{command[:60]}"))
+                    several = re.search(r"--num_processes [2-9]|--multi_gpu|--accelerate_config", command)  # configs: 2+
+                    lines.append(pytest.param(command, id=f"{path}:{command[:60]}",
+                                              marks=[pytest.mark.distributed] if several else []))
     return lines
 
 
@@ -135,6 +138,7 @@ def test_every_launch_line_of_the_docs_runs_as_written(line, tmp_path):
     assert read_json(tmp_path / "out" / "run_info.json")["world_size"] == (2 if two else 1)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_accelerate_launch_with_the_packaged_cpu_ddp_config_starts_two_processes(tmp_path):
     """`accelerate launch --config_file` with the packaged file, not only `rookgrpo train --accelerate_config`."""

@@ -158,3 +158,41 @@ def test_hooks_are_called_only_where_overridden():
     assert not any(RookCallback().implements(h) for h in HOOKS)
     with pytest.raises(ValueError, match="not a RookCallback hook"):
         Logs().implements("on_scored_batches")
+
+
+BUILDER = '''
+import os, sys, time
+from rookgrpo.assets import cache_dir, register_model, resolve_model
+
+def build():
+    out = cache_dir() / "models" / "slow-test"
+    if (out / "config.json").exists():
+        return out
+    with open(os.environ["BUILDS"], "a") as log:
+        log.write("built\\n")
+    time.sleep(1.5)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text("{}")
+    return out
+
+register_model("slow-test", build)
+print(resolve_model("rookgrpo/slow-test"))
+'''
+
+
+def test_two_jobs_sharing_a_cache_build_a_packaged_model_once(tmp_path):
+    """Two processes (two jobs, or test workers) resolving the same unbuilt packaged model: one builds, the other waits
+    for the cache's lock and finds it built."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "builder.py"
+    script.write_text(BUILDER)
+    env = {**os.environ, "ROOKGRPO_CACHE": str(tmp_path / "cache"), "BUILDS": str(tmp_path / "builds.log")}
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outputs[0] == outputs[1] == str(tmp_path / "cache" / "models" / "slow-test")
+    assert (tmp_path / "builds.log").read_text().splitlines() == ["built"]

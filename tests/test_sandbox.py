@@ -206,6 +206,26 @@ def test_sandbox_sees_only_the_interpreter_no_network_and_runs_unprivileged():
     assert lines[4] == "1"  # no_new_privs
 
 
+def test_two_jobs_on_one_machine_get_disjoint_sandbox_uids(monkeypatch):
+    """ROOKGRPO_SANDBOX_UID_BASE moves a job's uids (its ranks' 64 each after it); a bad value is refused by name."""
+    from rookgrpo.code.sandbox import UID_BASE_ENV, UIDS_PER_PROCESS, sandbox_uid_base
+
+    monkeypatch.delenv(UID_BASE_ENV, raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    default = {next_sandbox_uid() for _ in range(UIDS_PER_PROCESS)}
+    assert default == set(range(61000 + UIDS_PER_PROCESS, 61000 + 2 * UIDS_PER_PROCESS))
+    monkeypatch.setenv(UID_BASE_ENV, "70000")
+    moved = {next_sandbox_uid() for _ in range(UIDS_PER_PROCESS)}
+    assert moved == set(range(70000 + UIDS_PER_PROCESS, 70000 + 2 * UIDS_PER_PROCESS))
+    if os.geteuid() == 0:  # the sandbox runs as the moved uid
+        monkeypatch.setenv("LOCAL_RANK", "0")
+        assert int(_run_program("import os\nprint(os.getuid())\n", next_sandbox_uid())) in range(70000, 70064)
+    for bad in ("abc", "10", "-5"):
+        monkeypatch.setenv(UID_BASE_ENV, bad)
+        with pytest.raises(ValueError, match=f"{UID_BASE_ENV}={bad!r}: expected a uid of at least 1000"):
+            sandbox_uid_base()
+
+
 RLIMIT_PROBE = ("import resource\nfor name in ('AS', 'CPU', 'FSIZE', 'NOFILE', 'CORE', 'MSGQUEUE', 'NPROC'):\n"
                 "    print(name, *resource.getrlimit(getattr(resource, 'RLIMIT_' + name)))\n")
 

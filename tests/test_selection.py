@@ -295,6 +295,7 @@ def test_without_selection_the_sampler_is_trls(tiny_model_dir, smoke_dataset, tm
     assert list(sampler) == list(again)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_two_processes_choose_the_same_prompts(tmp_path):
     from conftest import launch_two_cpu_processes, read_json, write_flat_recipe

@@ -255,6 +255,7 @@ def test_a_file_without_the_tasks_is_a_config_error(tmp_path, generated_lines):
         SFTAnchor(data=only_p).bind(trainer)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_two_cpu_ranks_train_with_the_anchor(tmp_path):
     """Two gloo ranks train with the anchor: its extra forward and the GRPO loss go through one DDP backward, and

@@ -27,6 +27,7 @@ import yaml
 from conftest import REPO, read_json, run_cli, venv_bin
 
 ASSETS = REPO / "tests" / "assets"
+pytestmark = pytest.mark.distributed  # two processes each: `make test` runs these alone, after the rest
 SCORES = "5,1,3,2,1"  # heldout/score at steps 0, 1, 2, 3, 4: the start is the best
 RECIPE = {
     "model_name_or_path": "rookgrpo/tiny-rookworld",

@@ -182,6 +182,7 @@ def test_groups_spanning_processes_are_rejected():
         ZeroStdResampling().bind(fake)
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_two_process_resampling_ranks_agree(tmp_path):
     recipe = write_flat_recipe(tmp_path, 64, 4, [{"name": "zero_std_resampling", "max_rounds": 8},

@@ -11,19 +11,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
 from hostile.corpus import HOSTILE, PLAUSIBLE
 from rookgrpo.code.pool import START_MARGIN
-from rookgrpo.code.sandbox import SANDBOX_UID_BASE, UIDS_PER_PROCESS, SandboxLimits, processes_of_uids
+from rookgrpo.code.sandbox import UIDS_PER_PROCESS, SandboxLimits, processes_of_uids, sandbox_uid_base
 from rookgrpo.code.reward import CodeExec
 
 SQ_TESTS = json.dumps({"type": "asserts", "entry_point": "sq",
                        "code": "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(3) == 9\n"})
 FENCED = "Here you go:\n```python\n{}\n```\n"
 LIMITS = SandboxLimits(timeout=2, cpu_seconds=2, memory_mb=512, workdir_mb=32, output_bytes=64 * 1024)
-SANDBOX_UIDS = set(range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + UIDS_PER_PROCESS))
+SANDBOX_UIDS = set(range(sandbox_uid_base(), sandbox_uid_base() + UIDS_PER_PROCESS))  # this process's (LOCAL_RANK 0)
 CASES = {**{name: (program, SQ_TESTS) for name, program in HOSTILE.items()},
          **{name: (program, json.dumps(tests)) for name, (program, tests) in PLAUSIBLE.items()}}
 PLAUSIBLE_SOLUTIONS = {
@@ -122,6 +123,12 @@ def isolation_mode(mode: str):
             yield iso
 
 
+def _tmp_entries() -> set[Path]:
+    """What is in /tmp (where an escaped program writes) and in this process's temporary folder (where sandboxes make
+    their work dirs: ``TMPDIR``, one per test worker)."""
+    return {p for d in {Path("/tmp"), Path(tempfile.gettempdir())} for p in d.iterdir()}
+
+
 def check_hostile(name: str, mode: str, port: int, reward: CodeExec) -> dict:
     """Run corpus program ``name`` once through ``reward`` and count what it got away with: a reward above 0, an
     exception from the reward, a reward later than its deadline, processes left under a sandbox uid, files left outside
@@ -131,7 +138,7 @@ def check_hostile(name: str, mode: str, port: int, reward: CodeExec) -> dict:
     mark = f"/tmp/{marker_name}"
     program, tests = CASES[name]
     program = program.replace("{MARK}", mark).replace("{NAME}", marker_name).replace("{PORT}", str(port))
-    tmp_before, ipc_before = set(Path("/tmp").iterdir()), ipc_objects()
+    tmp_before, ipc_before = _tmp_entries(), ipc_objects()
     start = time.monotonic()
     try:
         score = reward(["p"], [FENCED.format(program)], tests=[tests])[0]
@@ -147,7 +154,7 @@ def check_hostile(name: str, mode: str, port: int, reward: CodeExec) -> dict:
     from rookgrpo.code.pool import _POOLS
 
     spares = {Path(d) for pool in _POOLS.values() for d in pool.spare_workdirs()}  # the next job's, waiting
-    leftovers += [p for p in set(Path("/tmp").iterdir()) - tmp_before - spares if "rookgrpo" in p.name]
+    leftovers += [p for p in _tmp_entries() - tmp_before - spares if "rookgrpo" in p.name]
     ipc = [o for o in ipc_objects() if o not in ipc_before]
     solution = PLAUSIBLE_SOLUTIONS.get(name, "def sq(x):\n    return x * x\n")
     after = reward(["p"], [FENCED.format(solution)], tests=[tests])[0]

@@ -8,6 +8,7 @@ folder).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -74,7 +75,8 @@ def resolve_model(name_or_path: str) -> str:
 
         key = name_or_path[len(PREFIX):]
         if registered("model", key):
-            return str(_on_local_main_process_first(guarded("model", key, lookup("model", key))))
+            build = _one_build_at_a_time(key, guarded("model", key, lookup("model", key)))
+            return str(_on_local_main_process_first(build))
         from ..errors import ConfigError
 
         raise ConfigError(
@@ -83,6 +85,36 @@ def resolve_model(name_or_path: str) -> str:
             "directory."
         )
     return name_or_path
+
+
+@contextlib.contextmanager
+def build_lock(name: str):
+    """Held while ``rookgrpo/<name>`` builds into the cache (an exclusive ``flock`` on a file under
+    ``cache_dir()/.locks``): jobs sharing a cache, on one machine or a shared filesystem with locks, build it once; the
+    others wait, then find it built. Without POSIX locks, or with no writable cache, builds go unlocked as before."""
+    try:
+        import fcntl
+
+        locks = cache_dir() / ".locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        handle = open(locks / f"{name.replace('/', '_')}.lock", "a")
+    except (ImportError, OSError):
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _one_build_at_a_time(name: str, build):
+    def call(*args, **kwargs):
+        with build_lock(name):
+            return build(*args, **kwargs)
+
+    return call
 
 
 def _on_local_main_process_first(build):
@@ -105,7 +137,7 @@ def packaged_dataset_builder(name: str):
         key = name[len(PREFIX):]
         if registered("dataset", key):
             source = lookup("dataset", key)
-            return None if isinstance(source, Path) else guarded("dataset", key, source)
+            return None if isinstance(source, Path) else _one_build_at_a_time(key, guarded("dataset", key, source))
     return None
 
 

@@ -55,18 +55,39 @@ logger = logging.getLogger(__name__)
 
 SANDBOX_UID_BASE = 61000  # sandboxes run as uids from here on when started as root (see next_sandbox_uid)
 UIDS_PER_PROCESS = 64
+#: Two jobs on one machine (two trainings, or test workers) each get their own uids from this variable.
+UID_BASE_ENV = "ROOKGRPO_SANDBOX_UID_BASE"
 _UIDS = {"next": 0}
 _UID_LOCK = threading.Lock()
+
+
+def sandbox_uid_base() -> int:
+    """The first sandbox uid of this job: ``ROOKGRPO_SANDBOX_UID_BASE`` where set, else 61000. The job's ranks use
+    it and the 1023 uids after it (64 per ``LOCAL_RANK``, 16 ranks), so two jobs on one machine set bases 1024
+    apart."""
+    raw = os.environ.get(UID_BASE_ENV, "").strip()
+    if not raw:
+        return SANDBOX_UID_BASE
+    try:
+        base = int(raw)
+    except ValueError:
+        base = -1
+    if not 1000 <= base <= 2**31 - 1 - 16 * UIDS_PER_PROCESS:
+        raise ValueError(f"{UID_BASE_ENV}={raw!r}: expected a uid of at least 1000 that no user of this machine has "
+                         f"(the job's ranks use it and the {16 * UIDS_PER_PROCESS - 1} after it); unset it for "
+                         f"{SANDBOX_UID_BASE}")
+    return base
 
 
 def next_sandbox_uid() -> int:
     """A sandbox uid no other user in this process has (runner, or a sandbox started directly): RLIMIT_NPROC counts
     per uid, and without namespaces teardown kills by uid, so two users of one uid would starve or kill each other.
-    Training processes on one machine get disjoint ranges (LOCAL_RANK)."""
+    Training processes on one machine get disjoint ranges (LOCAL_RANK); two jobs on one machine, from
+    ``ROOKGRPO_SANDBOX_UID_BASE`` (:func:`sandbox_uid_base`)."""
     with _UID_LOCK:
         index = _UIDS["next"] % UIDS_PER_PROCESS
         _UIDS["next"] += 1
-    return SANDBOX_UID_BASE + int(os.environ.get("LOCAL_RANK", "0") or 0) * UIDS_PER_PROCESS + index
+    return sandbox_uid_base() + int(os.environ.get("LOCAL_RANK", "0") or 0) * UIDS_PER_PROCESS + index
 _HERE = Path(__file__).resolve().parent
 SERVER_SOURCE = (_HERE / "_sandbox_server.py").read_text()
 # The sandbox's ``-c`` program when the server arrives compiled: it reads N bytes of marshalled code from the request
