@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,8 +26,9 @@ if _WORKER:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     # Each worker is its own job on this machine: its own sandbox uids (the hostile corpus counts what runs under them)
     # and its own temporary folder (where sandboxes make their work dirs, which the corpus checks are all removed).
-    _index = int(_WORKER.removeprefix("gw") or 0)
-    os.environ["ROOKGRPO_SANDBOX_UID_BASE"] = str(61000 + 1024 * _index)
+    from rookgrpo.code.sandbox import SANDBOX_UID_BASE, UID_BASE_ENV, UIDS_PER_JOB
+
+    os.environ[UID_BASE_ENV] = str(SANDBOX_UID_BASE + UIDS_PER_JOB * int(_WORKER.removeprefix("gw") or 0))
     _tmp = Path("/tmp") / f"pytest-worker-{os.getuid()}-{_WORKER}"
     _tmp.mkdir(exist_ok=True)
     os.environ["TMPDIR"] = str(_tmp)

@@ -55,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 SANDBOX_UID_BASE = 61000  # sandboxes run as uids from here on when started as root (see next_sandbox_uid)
 UIDS_PER_PROCESS = 64
+UIDS_PER_JOB = 16 * UIDS_PER_PROCESS  # 16 local ranks: the next job's base is at least this far on
 #: Two jobs on one machine (two trainings, or test workers) each get their own uids from this variable.
 UID_BASE_ENV = "ROOKGRPO_SANDBOX_UID_BASE"
 _UIDS = {"next": 0}
@@ -72,9 +73,9 @@ def sandbox_uid_base() -> int:
         base = int(raw)
     except ValueError:
         base = -1
-    if not 1000 <= base <= 2**31 - 1 - 16 * UIDS_PER_PROCESS:
+    if not 1000 <= base <= 2**31 - 1 - UIDS_PER_JOB:
         raise ValueError(f"{UID_BASE_ENV}={raw!r}: expected a uid of at least 1000 that no user of this machine has "
-                         f"(the job's ranks use it and the {16 * UIDS_PER_PROCESS - 1} after it); unset it for "
+                         f"(the job's ranks use it and the {UIDS_PER_JOB - 1} after it); unset it for "
                          f"{SANDBOX_UID_BASE}")
     return base
 
