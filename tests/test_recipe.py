@@ -158,3 +158,30 @@ def test_no_gpu_means_cpu_without_mixed_precision_with_one_notice(tmp_path, capl
     notices = [r.getMessage() for r in caplog.records if "no GPU here" in r.getMessage()]
     assert notices == ["no GPU here: training on CPU without mixed precision (use_cpu: true, bf16: false). Set these "
                        "in the recipe to silence this notice."]  # once, for the recipe that did not say; none for the one that did
+
+
+def test_a_deepspeed_run_on_cpu_builds_no_inference_kernel(tmp_path, monkeypatch):
+    """Under DeepSpeed on CPU processes the config marks DeepSpeed's shared-memory inference kernel (tensor-parallel
+    inference only) unbuildable, so its communication backend starts without a minute of gcc: ``build_shm_op``, which
+    the backend calls at start, returns ``None`` instead of compiling or loading it. Without DeepSpeed nothing changes."""
+    import torch
+
+    deepspeed = pytest.importorskip("deepspeed")
+    from deepspeed.comm.torch import build_shm_op
+
+    from rookgrpo import RookGRPOConfig
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    name = "deepspeed_shm_comm"
+    ops = deepspeed.ops.__compatible_ops__
+    monkeypatch.setitem(ops, name, True)  # as DeepSpeed probes it on a machine with a compiler; restored after
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED", raising=False)
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    kwargs = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4, use_cpu=True, bf16=False)
+    RookGRPOConfig(**kwargs)
+    assert ops[name] is True  # not a DeepSpeed run: untouched
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setattr(RookGRPOConfig.__mro__[1], "__post_init__", lambda self: None)  # no DeepSpeed state here
+    RookGRPOConfig(**kwargs)
+    assert ops[name] is False and build_shm_op() is None

@@ -83,7 +83,7 @@ def _launch(kind: str, tmp_path) -> dict:
            "OMP_NUM_THREADS": "1"}  # both layouts reduce floats with the same thread count
     proc = run_cli(cmd, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return {"info": read_json(out / "run_info.json"), "out": out, "stderr": proc.stderr,
+    return {"info": read_json(out / "run_info.json"), "out": out, "stderr": proc.stderr, "stdout": proc.stdout,
             "ranks": [read_json(probe / f"rank-{r}.json") for r in (0, 1)]}
 
 
@@ -112,6 +112,8 @@ def test_the_packaged_configs_start_two_processes_and_the_sharded_ones_shard(run
         run = runs[kind]
         assert run["info"]["world_size"] == 2 and "DEEPSPEED" in run["info"]["distributed_type"], kind
         assert "the accelerate config's mixed_precision is bf16, the trainer's is no" in run["stderr"], kind
+        # DeepSpeed's shared-memory inference kernel (tensor-parallel inference only) is neither compiled nor loaded
+        assert "shm_comm" not in run["stdout"] + run["stderr"], kind
     assert not any(r["sharded"] for r in runs["zero2"]["ranks"]) and all(r["sharded"] for r in runs["zero3"]["ranks"])
 
 

@@ -146,6 +146,7 @@ class RookGRPOConfig(GRPOConfig):
         self.measured_settings = _parse_measured(self.measured_settings)
         _fall_back_to_cpu(self)
         _match_deepspeed_precision(self)
+        _skip_deepspeed_cpu_kernel(self)
         super().__post_init__()
 
 
@@ -209,6 +210,19 @@ def _match_deepspeed_precision(args) -> None:
             logger.warning("DeepSpeed: the accelerate config's mixed_precision is %s, the trainer's is %s (bf16: %s, "
                            "fp16: %s); training in the trainer's. Set the same in both to silence this notice.",
                            given, wanted, str(bool(bf16)).lower(), str(bool(args.fp16)).lower())
+
+
+def _skip_deepspeed_cpu_kernel(args) -> None:
+    """A DeepSpeed run on CPU processes starts without compiling DeepSpeed's shared-memory inference kernel, which
+    only tensor-parallel inference uses (:func:`rookgrpo.dynamics.deepspeed.skip_cpu_inference_kernel`): no minute of
+    gcc on the first run, and no C++ compiler needed. Runs on GPUs, and runs without DeepSpeed, are untouched."""
+    import os
+
+    deepspeed = args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true", "yes")
+    if deepspeed and args.use_cpu and not _has_accelerator():
+        from .dynamics.deepspeed import skip_cpu_inference_kernel
+
+        skip_cpu_inference_kernel()
 
 
 def _parse_measured(value) -> dict[str, str] | None:

@@ -14,7 +14,9 @@ DeepSpeed's public API covers most of it (``engine.was_step_applied()``, ``deeps
 ``safe_get/set_local_fp32_param`` for ZeRO-3, ``deepspeed.zero.GatheredParameters``); the rest is read here and only
 here: a ZeRO-1/2 parameter's ``_hp_mapping`` (its fragment of this rank's fp32 partition, the object DeepSpeed's own
 ``safe_*`` functions use), ``ds_id`` / ``ds_numel`` (a ZeRO-3 parameter and its whole size), and the chain of
-``.optimizer`` attributes from accelerate's wrapper through DeepSpeed's ZeRO optimizer to the torch optimizer it steps.
+``.optimizer`` attributes from accelerate's wrapper through DeepSpeed's ZeRO optimizer to the torch optimizer it steps,
+and, on CPU, the entry of ``deepspeed.ops.__compatible_ops__`` that makes DeepSpeed compile its shared-memory
+inference kernel (:func:`skip_cpu_inference_kernel`).
 Checked against DeepSpeed 0.19.8 (``constraints.txt``: the suite runs ZeRO-2 and ZeRO-3 with it on 2 CPU processes);
 the attributes above read the same in 0.14.5, 0.16.9 and 0.18.5's sources.
 """
@@ -63,6 +65,30 @@ def stepped_optimizers(optimizer) -> list[torch.optim.Optimizer]:
         chain.append(chain[-1].optimizer)
     backups = [getattr(o, "backup_optimizer", None) for o in chain]
     return [chain[-1], *(b for b in backups if isinstance(b, torch.optim.Optimizer))]
+
+
+def skip_cpu_inference_kernel() -> bool:
+    """On DeepSpeed's CPU accelerator, do not build its shared-memory all-reduce kernel; ``True`` where it was skipped.
+
+    DeepSpeed compiles that kernel with the system's C++ compiler when its communication backend starts
+    (``deepspeed.comm.torch.build_shm_op``; about a minute on 2 cores the first time, cached after, and a failure
+    where the machine has no compiler), and uses it only for ``inference_all_reduce``: tensor-parallel inference
+    (AutoTP), which GRPO training never calls; every collective of a ZeRO step goes through torch.distributed
+    (gloo). Marked incompatible, the backend falls back to torch.distributed's all-reduce there too, as DeepSpeed
+    does on any machine where the kernel cannot build. Call it before the backend starts (before the trainer's
+    config sets up its devices); on any accelerator but the CPU it changes nothing.
+    """
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    if accelerator.device_name() != "cpu":
+        return False
+    builder = accelerator.create_op_builder("ShareMemCommBuilder")
+    if builder is None:
+        return False
+    deepspeed.ops.__compatible_ops__[builder.NAME] = False  # the dict build_shm_op reads, probed once per process
+    return True
 
 
 def is_zero3_param(p) -> bool:
