@@ -42,7 +42,7 @@ setup: $(VENV)/.installed system-tools
 
 # Torch first: with no torch present, a plain `torch` requirement would pull the CUDA wheels (several GB).
 # The package with both task packs' extras and the test tools, at the versions in constraints.txt (DeepSpeed as pure
-# Python: DS_BUILD_OPS=0; the one op its CPU runs need is compiled with gcc on first use, cached in ~/.cache).
+# Python: DS_BUILD_OPS=0; its CPU runs need no compiled op, rookgrpo.dynamics.deepspeed.skip_cpu_inference_kernel).
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install "torch==$(TORCH_VERSION)"
