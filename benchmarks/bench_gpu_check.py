@@ -1,6 +1,7 @@
 """GPU check: does ``recipes/rookworld.yaml`` train at RookWorld-LM-124M's shape, and what does each component cost?
 
-One command for anyone with a GPU (``--tiny``: a 2-layer model, 16-token completions, for a CPU dry run and the test):
+One command for anyone with a GPU (``--tiny``: a 2-layer model with a 4,096-token vocabulary, 16-token completions,
+for a CPU dry run and the test):
 
     python benchmarks/bench_gpu_check.py [--steps 20] [--bisect-steps 4] [--arms ...] [--force-width W] [--tiny]
                                          [--work DIR] [--out FILE]
@@ -148,7 +149,8 @@ def prepare(work: Path, tiny: bool) -> dict:
     (data / "panel.txt").write_text("\n".join(panel) + "\n")
     (data / "anchor.txt").write_text("\n".join(anchor) + "\n")
     hub = write_hub_layout(train, data / "hub")
-    sizes = dict(n_layer=2, n_head=2, n_embd=64) if tiny else {}
+    # tiny: GPT-2's byte-level BPE with a 4,096-token vocabulary (50,257 logits per token were most of a CPU step)
+    sizes = dict(n_layer=2, n_head=2, n_embd=64, vocab_size=4096) if tiny else {}
     model = build_rookworld_lm_shape(work / "model", train + panel + anchor, **sizes)
     return {"data": str(data), "hub": str(hub), "model": str(model)}
 
@@ -401,7 +403,8 @@ def main(argv=None) -> dict:
                     help=f"default: the cuDNN fault's check ({', '.join(FAULT_ARMS)}); all: {', '.join(ARMS)}")
     ap.add_argument("--steps", type=int, default=20, help="optimizer steps of the main arms (vanilla, recipe, ...)")
     ap.add_argument("--bisect-steps", type=int, default=4, help="optimizer steps of each bisection arm")
-    ap.add_argument("--tiny", action="store_true", help="a 2-layer model, 16-token completions, batch 16 (CPU dry run)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="a 2-layer model, 4,096-token vocabulary, 16-token completions, batch 16 (CPU dry run)")
     ap.add_argument("--force-width", type=int, default=0, metavar="W",
                     help="left-pad every log-prob forward to width W (e.g. 192, where cuDNN's SDPA backward fails on "
                          "H100/H200); 0: the batches' own widths")
@@ -458,7 +461,7 @@ def main(argv=None) -> dict:
     (out / "table.md").write_text(text + "\n")
     first = next((r for r in rows if r.get("device")), {})
     where = first.get("gpu") or "CPU"
-    shape = ("2-layer, 64-wide GPT-2, 16-token completions, batch 16" if args.tiny else
+    shape = ("2-layer, 64-wide GPT-2, 4,096-token vocabulary, 16-token completions, batch 16" if args.tiny else
              "GPT-2 124M (RookWorld-LM-124M's shape)")
     result = {
         "title": f"GPU check: recipes/rookworld.yaml at {shape} on {where}",
