@@ -139,11 +139,17 @@ def decide(base: dict, runs: dict, spec: Grid = BEST_MOVE) -> dict:
         def closeness(a):
             met = list(rules[a]["conditions"].values())
             ups, helds = len(spec.up), len(spec.up) + len(spec.held)
-            return (all(met[:ups]), all(met[ups:helds]), sum(met[helds:]), rules[a]["best_move_accuracy"]["mean"])
+            # the gain rounded: seeds' means summed in another order differ in the 17th digit, which is no lead
+            return (all(met[:ups]), all(met[ups:helds]), sum(met[helds:]),
+                    round(rules[a]["best_move_accuracy"]["mean"], 9))
 
-        pick = max(candidates, key=closeness)
+        pick = max(candidates, key=closeness)  # on a tie, the first in the grid's order (the control first)
         missed = [c for c, ok in rules[pick]["conditions"].items() if not ok]
         why = f"no arm meets the rule: the closest by the rule's order, missing {'; '.join(missed)}"
+        tied = [a for a in candidates if a != pick and closeness(a) == closeness(pick)]
+        if tied:
+            why += (f"; tied on every step of the order with {', '.join(tied)}, and first in the grid's order"
+                    + (" (the control: nothing new ships)" if pick == spec.control else ""))
     elif candidates:
         pool = rising if spec.fallback_best_up and rising else candidates
         pick = max(pool, key=lambda a: (rules[a]["format_rate"]["mean"], rules[a]["best_move_accuracy"]["mean"]))
