@@ -24,6 +24,9 @@ depth 8). Seeds 1-5, arms interleaved per seed. The tables are ``bench_best_move
 
 Each finished run is kept in ``OUT.partial``; the same command again skips the runs it holds (run it from a ``git
 worktree`` pinned at the plan's commit).
+
+Measured 2026-12-02: no arm met the rule and the control stays (the plan's Results). The charged reward lost, and
+``format_gate`` left the package: its runs still table here, and run at ``081c42d`` (``bench_tiny_grpo.RETIRED``).
 """
 
 from __future__ import annotations

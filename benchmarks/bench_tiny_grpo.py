@@ -113,18 +113,19 @@ ARM_SPECS: dict[str, dict] = {
     "guard": {"heldout": FRESH_GUARD},
     "sft-only-PB": {"set": {"learning_rate": 1e-5, "lr_scheduler_type": "cosine"}, "callbacks": [ANCHOR_PB],
                     "weights": 0.0, "remove": ["zero_std_resampling"], "heldout": FRESH_GUARD},
-    # The format-gate grid's (docs/experiments/2026-12-01-format-gate-grid-plan.md): the chess P: components with
-    # format_gate on (an ill-formed answer keeps only chess_format's credit), and TRL's GRPOTrainer at the shipped
-    # recipe's learning rate and schedule.
-    "format-gate": {"gate": True},
+    # The format-gate grid's (docs/experiments/2026-12-01-format-gate-grid-plan.md) reference: TRL's GRPOTrainer at
+    # the shipped recipe's learning rate and schedule.
     "vanilla-shipped": {"set": {"learning_rate": 2e-6, "lr_scheduler_type": "cosine"}},
 }
 ARMS = tuple(ARM_SPECS)
-# Arms whose lever lost the grid and was removed from the package (docs/experiments/2026-11-27-grpo-grid-plan.md): their
-# saved runs still table (ARM_TEXT), but they no longer run. The file named is the lever's own; the commit before the
-# one that removed it (`git log -1 --format=%h -- FILE`) runs them.
-RETIRED = {"reference-credit": "src/rookgrpo/callbacks/reference_credit.py",
-           "negative-A-0.25": "src/rookgrpo/callbacks/advantage_weights.py"}
+# Arms whose lever lost its grid and was removed from the package: their saved runs still table (ARM_TEXT), but they
+# no longer run. Each names its grid and how to find a commit that runs it: the lever's own file (the commit before
+# the one that removed it, `git log -1 --format=%h -- FILE`), or the commit itself.
+RETIRED = {"reference-credit": ("docs/experiments/2026-11-27-grpo-grid-plan.md",
+                                "the commit before `git log -1 --format=%h -- src/rookgrpo/callbacks/reference_credit.py`"),
+           "negative-A-0.25": ("docs/experiments/2026-11-27-grpo-grid-plan.md",
+                               "the commit before `git log -1 --format=%h -- src/rookgrpo/callbacks/advantage_weights.py`"),
+           "format-gate": ("docs/experiments/2026-12-01-format-gate-grid-plan.md", "081c42d")}
 VANILLA_ARMS = ("vanilla", "vanilla_positions", "vanilla-shipped")  # TRL's GRPOTrainer: no resampling, so budget and
 # flat share are fixed
 ARM_TEXT = {
@@ -181,9 +182,9 @@ def arm_spec(arm: str) -> dict:
     if arm in ARM_SPECS:
         return ARM_SPECS[arm]
     if retired := [p for p in arm.split("+") if p in RETIRED]:
-        raise ValueError(f"arm {arm!r}: {', '.join(retired)} lost the GRPO grid and its lever was removed "
-                         "(docs/experiments/2026-11-27-grpo-grid-plan.md); to rerun it, check out the commit before "
-                         f"`git log -1 --format=%h -- {RETIRED[retired[0]]}`")
+        grid, commit = RETIRED[retired[0]]
+        raise ValueError(f"arm {arm!r}: {', '.join(retired)} lost its grid and its lever was removed ({grid}); to "
+                         f"rerun it, check out {commit}")
     parts = arm.split("+")
     unknown = [p for p in parts if p not in LEVERS]
     if len(parts) < 2 or unknown:
@@ -332,10 +333,6 @@ def arm_recipe(arm: str, tmp: str) -> str:
                                             task: {**recipe["task_generation_kwargs"].get(task, {}), **kwargs}}
     if "weights" in spec:
         recipe["reward_weights"] = [spec["weights"]] * len(recipe["reward_funcs"])
-    if spec.get("gate"):
-        from rookgrpo.chess.rewards import with_format_gate
-
-        recipe["reward_funcs"] = with_format_gate(recipe["reward_funcs"])
     path = Path(tmp) / f"{arm.replace('+', '_')}.yaml"
     path.write_text(yaml.safe_dump(recipe))
     return str(path)

@@ -211,11 +211,6 @@ def test_every_grid_arm_is_a_valid_recipe_that_differs_from_the_shipped_one_as_n
             assert getattr(config, key) in (value, type(getattr(config, key))(value)), (arm, key)
         assert all(name in names for name in (c["name"] for c in spec.get("callbacks", ())))
         added = list(spec.get("rewards", {}))
-        if spec.get("gate"):  # the format-gate grid's lever: the P: components with format_gate on, nothing else
-            from rookgrpo.chess.rewards import with_format_gate
-
-            assert recipe["reward_funcs"] == with_format_gate(shipped["reward_funcs"]) != shipped["reward_funcs"]
-            recipe["reward_funcs"] = [r if isinstance(r, str) else r["name"] for r in recipe["reward_funcs"]]
         assert recipe["reward_funcs"] == shipped["reward_funcs"] + added, arm
         if "weights" in spec:
             assert set(recipe["reward_weights"]) == {spec["weights"]}
@@ -487,7 +482,7 @@ def test_bench_tiny_grpo_combines_levers_into_one_arm_and_pairs_it_with_its_part
     assert "heldout_guard" not in [bench._name(c) for c in recipe["callbacks"]]
     for bad in ("lr1e-5-cosine+lr2e-6-cosine", "anchor-0.1+anchor-0.3", "lr1e-5-cosine+sft-only",
                 "vanilla+anchor-0.1", "lr1e-5-cosine+nope", "lr1e-5-cosine+lr1e-5-cosine",
-                "reference-credit", "lr1e-5-cosine+negative-A-0.25"):  # the last two: retired levers
+                "reference-credit", "lr1e-5-cosine+negative-A-0.25", "lr2e-6-cosine+format-gate"):  # retired levers
         with pytest.raises(ValueError):
             bench.arm_spec(bad)
     trained = []

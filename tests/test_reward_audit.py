@@ -104,21 +104,20 @@ ILL_FORMED = ("one eval too many", "one eval too few", "an eval not a number", "
 
 
 @pytest.mark.parametrize("data", list(data_sets()))
-def test_with_the_format_gate_an_ill_formed_answer_earns_less_than_the_engines_second_best(data):
-    """format_gate on the P: components (the B:-only anchor grid's successor arm): every ill-formed answer keeps only
-    chess_format's partial credit, below the engine's 2nd-best move well-formed, whatever its moves are worth."""
-    from rookgrpo.chess.rewards import GATED_REWARDS, with_format_gate
-
+def test_the_shipped_rewards_charge_every_ill_formed_answer_through_chess_format_alone(data):
+    """What the shipped recipe pays an ill-formed answer, on both panels: ``chess_format`` charges each (below its 1),
+    so each earns less than the engine's best answer well-formed; the other P: components read what they can of the
+    line. (Charging them too, ``format_gate``, lost the format-gate
+    grid and was removed: docs/experiments/2026-12-01-format-gate-grid-plan.md.)"""
     recipe = yaml.safe_load((REPO / "recipes" / "rookworld-tiny.yaml").read_text())
-    recipe.update(reward_funcs=with_format_gate(recipe["reward_funcs"]), stockfish_depth=6, stockfish_workers=2)
+    recipe.update(stockfish_depth=6, stockfish_workers=2)
     funcs, weights, settings = recipe_rewards(recipe)
     table = audit(funcs, weights, load_rookworld(data)["text"], settings, n=60, seed=1)[0]
     for answer in ILL_FORMED:
         row = table.rows[answer]
-        assert all(row[name] == 0.0 for name in GATED_REWARDS if name in row), (data, answer)
-        assert table.share(answer) < table.share("engine 2nd"), (data, answer)
-        assert table.share(answer) <= 0.25 * row["chess_format"] / table.rows["engine best"]["total"] + 1e-9
-    assert table.share("engine 2nd") < table.share("engine best") == 1.0
+        assert row["chess_format"] < 1.0, (data, answer)
+        assert table.share(answer) < table.share("engine best") == 1.0, (data, answer)
+    assert table.share("engine 2nd") < table.share("engine best")
     assert table.share("constant evals") < 1.0 and table.rows["constant evals"]["chess_move_rank"] > 0  # well-formed
 
 

@@ -120,35 +120,23 @@ class ChessReward:
 
     ``setup(args)`` is called by :class:`~rookgrpo.RookGRPOTrainer` before training: it returns a copy configured from
     the trainer config (``stockfish_*`` fields) and fails early, with the fix, when Stockfish is missing.
-
-    ``format_gate`` (the ``P:`` components but ``chess_format``): a ``P:`` answer whose M:, E: or B: field is not
-    well-formed (:func:`~rookgrpo.chess.formats.scored_errors`: an E: list longer or shorter than M:, an eval that is
-    not a number, a repeated or sixth M: move, a missing B:) earns the component's floor, 0, whatever its moves are
-    worth, so such an answer keeps only ``chess_format``'s partial credit. Without it each component reads what it can
-    of the line, and an answer with one eval too many kept 98% of the reference's weighted reward (docs/rewards.md).
-    In a recipe: ``- {name: chess_move_rank, format_gate: true}``.
     """
 
     name = "chess_reward"
     needs_engine = True
 
-    def __init__(self, engine: EngineSettings | None = None, format_gate: bool = False):
+    def __init__(self, engine: EngineSettings | None = None):
         self.engine = engine or EngineSettings()
-        self.format_gate = bool(format_gate)
         self.__name__ = self.name  # TRL logs rewards/<__name__>/mean
 
     def setup(self, args: Any) -> ChessReward:
         settings = self.engine.with_args(args)
         if self.needs_engine:
             find_stockfish(settings.path)
-        return type(self)(settings, format_gate=self.format_gate)
+        return type(self)(settings)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.engine}{', format_gate=True' if self.format_gate else ''})"
-
-    def _open(self, row: _PolicyRow) -> bool:
-        """Whether a ``P:`` row is scored: always, or with ``format_gate`` only a well-formed answer."""
-        return not self.format_gate or not scored_errors(row.line)
+        return f"{type(self).__name__}({self.engine})"
 
     def __call__(self, prompts, completions, **kwargs) -> list[float | None]:
         raise NotImplementedError
@@ -157,8 +145,7 @@ class ChessReward:
         """Per completion: ``None`` for the other task's rows, 0 for a missing, illegal or malformed B:, else the
         value ``score(pool, rows)`` gives each row whose B: is legal (one call for the whole batch)."""
         rows = _policy_rows(prompts, completions)
-        scored = [r for r in rows if r is not None and r.board is not None and self._open(r)
-                  and is_legal(r.board, r.line.best)]
+        scored = [r for r in rows if r is not None and r.board is not None and is_legal(r.board, r.line.best)]
         pool = get_pool(self.engine) if scored else None
         values = dict(zip(map(id, scored), score(pool, scored))) if scored else {}
         self._log(kwargs, pool)
@@ -222,9 +209,6 @@ class ChessLegality(ChessReward):
         for row in _policy_rows(prompts, completions):
             if row is None:
                 out.append(None)
-                continue
-            if not self._open(row):
-                out.append(0.0)
                 continue
             moves, best = row.line.moves, [row.line.best] if row.line.best else []
             n = len(moves) + len(best)
@@ -328,7 +312,7 @@ class ChessCandidates(ChessReward):
 
     def __call__(self, prompts, completions, **kwargs):
         rows = _policy_rows(prompts, completions)
-        live = [r for r in rows if r is not None and r.board is not None and self._open(r)]
+        live = [r for r in rows if r is not None and r.board is not None]
         pool = get_pool(self.engine) if live else None
         values = {}
         if live:
@@ -406,7 +390,7 @@ class ChessEvals(ChessReward):
         rows = _policy_rows(prompts, completions)
         pairs, owners = [], []
         for r in rows:
-            if r is None or r.board is None or not self._open(r):
+            if r is None or r.board is None:
                 continue
             seen: set[str] = set()
             for move, value in list(zip(r.line.moves, r.line.evals))[:MAX_MOVES]:  # a longer list: the rest is missed
@@ -673,20 +657,3 @@ chess_env_board = register_reward("chess_env_board")(ChessEnvBoard())
 POLICY_REWARDS = (
     "chess_format", "chess_legality", "chess_move_rank", "chess_best_move", "chess_candidates", "chess_evals",
 )
-#: The P: components ``format_gate`` applies to: every one but the format's own.
-GATED_REWARDS = POLICY_REWARDS[1:]
-
-
-def with_format_gate(reward_funcs: list) -> list:
-    """A recipe's ``reward_funcs`` with ``format_gate: true`` on each of :data:`GATED_REWARDS` it names.
-
-    >>> with_format_gate(["chess_format", "chess_move_rank", {"name": "chess_evals"}, "chess_env"])
-    ['chess_format', {'name': 'chess_move_rank', 'format_gate': True}, {'name': 'chess_evals', 'format_gate': True}, 'chess_env']
-    """
-    out = []
-    for entry in reward_funcs:
-        name = entry if isinstance(entry, str) else entry.get("name")
-        if name in GATED_REWARDS:
-            entry = {"name": name, **({} if isinstance(entry, str) else entry), "format_gate": True}
-        out.append(entry)
-    return out
