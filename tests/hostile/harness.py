@@ -35,13 +35,23 @@ CLEAN = {"score": 0.0, "error": None, "late": False, "survivors": [], "files": [
 
 
 def ipc_objects() -> list[str]:
-    """The host's SysV shared memory segments, semaphores and message queues, one line each."""
+    """The host's SysV shared memory segments, semaphores and message queues, one line each, but those created by
+    another test worker's sandbox uids: the suite's workers run sandboxes at once, each from its own uid range
+    (conftest), so a hostile program on one worker must not count as a leftover of a job on another."""
+    from rookgrpo.code.sandbox import SANDBOX_UID_BASE, UIDS_PER_JOB, sandbox_uid_base
+
+    own = range(sandbox_uid_base(), sandbox_uid_base() + UIDS_PER_JOB)
     out = []
     for kind in ("shm", "sem", "msg"):
         try:
-            out += Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
-        except OSError:
-            pass
+            header, *lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        except (OSError, ValueError):
+            continue
+        column = header.split().index("cuid")
+        for line in lines:
+            creator = int(line.split()[column])
+            if creator < SANDBOX_UID_BASE or creator in own:
+                out.append(line)
     return out
 
 
