@@ -37,7 +37,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     # Failing closed (no sandbox without bubblewrap unless reduced isolation is accepted): its cost, against the commit
     # before it.
     ("code_exec_fail_closed", "bench_code_exec", ["--against", "ba210ac", "--repeats", "9"]),
-    ("step_time", "bench_step_time", ["--max-blocks", "60"]),
+    ("step_time", "bench_step_time", ["--max-blocks", "200"]),  # stops once the interval decides
     ("guards", "bench_guards", ["--rounds", "3"]),
     ("precision", "bench_precision", []),
     ("position_gap", "bench_position_gap", []),
