@@ -187,6 +187,13 @@ def _fall_back_to_cpu(args) -> None:
                    ", ".join(changed))
 
 
+def _accelerate_deepspeed() -> bool:
+    """Whether ``accelerate launch`` started this process for DeepSpeed (a ``distributed_type: DEEPSPEED`` config)."""
+    import os
+
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true", "yes")
+
+
 def _match_deepspeed_precision(args) -> None:
     """Under DeepSpeed launched from an accelerate config, train in the trainer's precision (the recipe's ``bf16`` /
     ``fp16``, after the CPU fallback), with one line where the config said otherwise.
@@ -199,7 +206,7 @@ def _match_deepspeed_precision(args) -> None:
     """
     import os
 
-    if args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() not in ("1", "true", "yes"):
+    if args.deepspeed or not _accelerate_deepspeed():
         return
     bf16 = args.bf16 if args.bf16 is not None else not args.fp16  # TRL's default: bf16 unless fp16
     wanted = "fp16" if args.fp16 else "bf16" if bf16 else "no"
@@ -216,10 +223,7 @@ def _skip_deepspeed_cpu_kernel(args) -> None:
     """A DeepSpeed run on CPU processes starts without compiling DeepSpeed's shared-memory inference kernel, which
     only tensor-parallel inference uses (:func:`rookgrpo.dynamics.deepspeed.skip_cpu_inference_kernel`): no minute of
     gcc on the first run, and no C++ compiler needed. Runs on GPUs, and runs without DeepSpeed, are untouched."""
-    import os
-
-    deepspeed = args.deepspeed or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true", "yes")
-    if deepspeed and args.use_cpu and not _has_accelerator():
+    if (args.deepspeed or _accelerate_deepspeed()) and args.use_cpu and not _has_accelerator():
         from .dynamics.deepspeed import skip_cpu_inference_kernel
 
         skip_cpu_inference_kernel()
