@@ -104,11 +104,11 @@ ILL_FORMED = ("one eval too many", "one eval too few", "an eval not a number", "
 
 
 @pytest.mark.parametrize("data", list(data_sets()))
-def test_the_shipped_rewards_charge_every_ill_formed_answer_through_chess_format_alone(data):
+def test_the_shipped_rewards_charge_every_ill_formed_answer_through_chess_format(data):
     """What the shipped recipe pays an ill-formed answer, on both panels: ``chess_format`` charges each (below its 1),
     so each earns less than the engine's best answer well-formed; the other P: components read what they can of the
-    line. (Charging them too, ``format_gate``, lost the format-gate
-    grid and was removed: docs/experiments/2026-12-01-format-gate-grid-plan.md.)"""
+    line. (Zeroing them for any ill-formed answer, ``format_gate``, lost the format-gate grid and was removed:
+    docs/experiments/2026-12-01-format-gate-grid-plan.md.)"""
     recipe = yaml.safe_load((REPO / "recipes" / "rookworld-tiny.yaml").read_text())
     recipe.update(stockfish_depth=6, stockfish_workers=2)
     funcs, weights, settings = recipe_rewards(recipe)
