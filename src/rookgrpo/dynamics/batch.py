@@ -47,10 +47,20 @@ def _pad_to(t: torch.Tensor, length: int, side: str, value: Any) -> torch.Tensor
 
 
 def take_rows(batches: Sequence[dict], picks: Sequence[tuple[int, int]], pad_token_id: int,
-              pad_to_multiple_of: int | None = None) -> dict:
+              pad_to_multiple_of: int | None = None, per_sequence: Sequence[str] = ()) -> dict:
     """A new batch whose row ``i`` is row ``picks[i][1]`` of ``batches[picks[i][0]]``, re-padded to a common width.
 
-    ``num_items_in_batch`` is not set here (it is a cross-process count; see :func:`count_loss_tokens`).
+    ``per_sequence``: keys holding one value per row in a (B, 1) column (TRL's importance-sampling ratio under a
+    ``sequence_*`` mode, see :func:`per_sequence_keys`); they keep their one column, where padding them like a
+    per-token tensor would give a (B, 8) ratio under ``pad_to_multiple_of: 8`` that no longer broadcasts against the
+    loss's (B, T) tokens. ``num_items_in_batch`` is not set here (a cross-process count; see :func:`count_loss_tokens`).
+
+    >>> a = {"completion_ids": torch.tensor([[5, 6]]), "importance_sampling_ratio": torch.tensor([[0.9]])}
+    >>> b = {"completion_ids": torch.tensor([[7]]), "importance_sampling_ratio": torch.tensor([[1.1]])}
+    >>> out = take_rows([a, b], [(0, 0), (1, 0)], pad_token_id=0, pad_to_multiple_of=8,
+    ...                 per_sequence=["importance_sampling_ratio"])
+    >>> out["completion_ids"].shape, out["importance_sampling_ratio"].tolist()
+    (torch.Size([2, 8]), [[0.8999999761581421], [1.100000023841858]])
     """
     out: dict[str, Any] = {}
     for key, (side, pad) in ROW_KEYS.items():
@@ -61,7 +71,7 @@ def take_rows(batches: Sequence[dict], picks: Sequence[tuple[int, int]], pad_tok
             raise ValueError(f"scored batches disagree on key {key!r}")
         value = pad_token_id if pad == "pad_token" else pad
         rows = [batches[b][key][r] for b, r in picks]
-        if side == "none" or rows[0].dim() == 0:
+        if side == "none" or rows[0].dim() == 0 or key in per_sequence:
             out[key] = torch.stack(rows)
             continue
         width = max(batches[b][key].size(1) for b in {b for b, _ in picks})
@@ -69,6 +79,15 @@ def take_rows(batches: Sequence[dict], picks: Sequence[tuple[int, int]], pad_tok
             width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
         out[key] = torch.cat([_pad_to(row.unsqueeze(0), width, side, value) for row in rows], dim=0)
     return out
+
+
+def per_sequence_keys(importance_sampling_mode: str | None) -> tuple[str, ...]:
+    """The keys of a scored batch that hold one value per sequence under TRL's vLLM importance-sampling mode.
+
+    >>> per_sequence_keys("sequence_mask"), per_sequence_keys("token_truncate"), per_sequence_keys(None)
+    (('importance_sampling_ratio',), (), ())
+    """
+    return ("importance_sampling_ratio",) if str(importance_sampling_mode).startswith("sequence") else ()
 
 
 def loss_mask(batch: dict) -> torch.Tensor:

@@ -1,0 +1,301 @@
+"""Generation on a real vLLM engine (TRL's ``use_vllm``, colocate mode), every rookgrpo callback and default under it.
+
+``make test-vllm`` runs these in a venv of their own with vLLM's CPU build (constraints-vllm.txt); the main suite
+deselects them. The models are tiny ones built here whose attention head size vLLM's CPU attention serves (32): a
+GPT-2 (the chess recipes' architecture, learned absolute positions) and a Qwen2 with LoRA (the code recipe's, so TRL's
+merged-adapter weight sync runs), both with left-padded prompts. One engine at a time, in this process: vLLM's
+``external_launcher`` keeps its engine in the trainer's process, and a trainer's engine is freed with the trainer.
+
+What each test compares with: the engine's own copy of the weights (``vllm_compat.engine_model``). vLLM's CPU build
+repacks linear layers for its GEMM kernels and keeps embeddings, norms and biases as loaded (in its dtype, bf16 here),
+so those are compared exactly with the trainer's cast to the engine's dtype, and the whole model through the engine's
+log-probs of a fixed sequence against the trainer's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed: make test-vllm runs these in .venv-vllm")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per engine: plenty for tiny models
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+
+from conftest import tiny_grpo_args, write_flat_data  # noqa: E402
+from rookgrpo import ConfigError, RookGRPOTrainer  # noqa: E402
+from rookgrpo.callbacks import RookCallback  # noqa: E402
+from rookgrpo.vllm_compat import engine_model, sync_engine_weights  # noqa: E402
+
+pytestmark = pytest.mark.vllm
+ASSETS = Path(__file__).parent / "assets"
+
+
+# ---- models and data ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory) -> Path:
+    """A tiny char-level GPT-2 with head size 32 (64 wide, 2 heads), which vLLM's CPU attention serves."""
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    return build_tiny_gpt2(tmp_path_factory.mktemp("vllm-gpt2") / "model", TinyGPT2Spec(n_embd=64, n_head=2))
+
+
+@pytest.fixture(scope="module")
+def qwen2_dir(tmp_path_factory) -> Path:
+    """A tiny Qwen2 (head size 32, grouped-query attention, ChatML tokenizer) of the code recipe's architecture."""
+    from rookgrpo.models.shapes import build_qwen2_shape
+
+    texts = [f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(200)]
+    return build_qwen2_shape(tmp_path_factory.mktemp("vllm-qwen2") / "model", texts, hidden_size=64,
+                             num_attention_heads=2, num_key_value_heads=1, intermediate_size=128, vocab_size=512)
+
+
+@pytest.fixture(scope="module")
+def flat_data(tmp_path_factory) -> Dataset:
+    """32 smoke prompts of different lengths (so prompts are left-padded), half of them scoring a constant reward."""
+    from datasets import load_dataset
+
+    path = write_flat_data(tmp_path_factory.mktemp("vllm-data") / "flat.jsonl", 32)
+    return load_dataset("json", data_files=str(path), split="train")
+
+
+def _mostly_flat():
+    import sys
+
+    sys.path.insert(0, str(ASSETS))
+    from flat_reward import mostly_flat
+
+    return mostly_flat
+
+
+def vllm_args(out, **overrides):
+    values = dict(use_vllm=True, vllm_mode="colocate", beta=0.0, max_steps=3, learning_rate=1e-2)
+    values.update(overrides)
+    return tiny_grpo_args(out, **values)
+
+
+# ---- what the engine holds -----------------------------------------------------------------------------------------
+
+def _trainer_name(name: str) -> str:
+    """A trainer parameter's name as vLLM names it (PEFT's wrapping removed, as TRL's sync does)."""
+    return name.removeprefix("base_model.model.").replace(".base_layer", "")
+
+
+def weights_gap(trainer) -> float:
+    """Largest difference between the engine's kept weights (embeddings, norms, biases) and the trainer's, each cast
+    to the engine's dtype (vocabulary padding left out); 0.0 when the engine holds the trainer's weights."""
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    ours = {_trainer_name(n): p.detach() for n, p in model.named_parameters() if "lora_" not in n}
+    gap, compared = 0.0, 0
+    for name, theirs in engine_model(trainer).named_parameters():
+        if theirs.numel() == 0 or name not in ours:
+            continue
+        mine = ours[name]
+        rows = [slice(0, n) for n in mine.shape]
+        expected = mine.to(theirs.dtype).float()  # vLLM casts what TRL's sync hands it to the parameter's dtype
+        gap = max(gap, (theirs[tuple(rows)].float().cpu() - expected.cpu()).abs().max().item())
+        compared += 1
+    assert compared >= 4, "no engine weight to compare with: vLLM's parameter names changed"
+    return gap
+
+
+def engine_logprobs(trainer, ids: list[int], generate=None) -> torch.Tensor:
+    """The engine's log-probs of ``ids[1:]`` given what precedes each (temperature 1, no truncation)."""
+    from vllm import SamplingParams
+
+    generate = generate or trainer.vllm_generation.llm.generate
+    out = generate([{"prompt_token_ids": ids}], sampling_params=SamplingParams(max_tokens=1, prompt_logprobs=0),
+                   use_tqdm=False)
+    return torch.tensor([entry[token].logprob for entry, token in zip(out[0].prompt_logprobs[1:], ids[1:])])
+
+
+def model_logprobs(model, ids: list[int]) -> torch.Tensor:
+    """A transformers model's log-probs of ``ids[1:]`` (no padding, so no position question)."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
+    return logits.log_softmax(-1).gather(1, torch.tensor(ids[1:]).unsqueeze(1)).squeeze(1)
+
+
+class SamplingRecorder:
+    """Wraps the engine's ``generate``: each call's SamplingParams, prompt count and the step, and how far the engine's
+    weights were from the trainer's when it sampled (TRL syncs right before it calls ``generate``)."""
+
+    def __init__(self, trainer, prompt_tasks: dict[tuple, str] | None = None):
+        self.trainer, self.calls = trainer, []
+        self.prompt_tasks = prompt_tasks or {}
+        llm = trainer.vllm_generation.llm
+        self.original = llm.generate
+
+        def generate(prompts, sampling_params=None, **kwargs):
+            params = sampling_params[0] if isinstance(sampling_params, list) else sampling_params
+            tasks = {self.prompt_tasks.get(tuple(p["prompt_token_ids"])) for p in prompts}
+            self.calls.append({"step": trainer.state.global_step, "training": trainer.model.training,
+                               "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
+                               "max_tokens": params.max_tokens, "prompts": len(prompts), "tasks": tasks,
+                               "weights_gap": weights_gap(trainer)})
+            return self.original(prompts, sampling_params=sampling_params, **kwargs)
+
+        llm.generate = generate
+
+
+def _steps(trainer, key: str) -> list[float]:
+    return [h[key] for h in trainer.state.log_history if key in h]
+
+
+# ---- zero_std_resampling -----------------------------------------------------------------------------------------
+
+MODES = ["sequence_mask", "sequence_truncate", "token_mask", "token_truncate"]
+
+
+@pytest.mark.parametrize("pad", [None, 8], ids=["no-pad", "pad8"])
+@pytest.mark.parametrize("mode", MODES)
+def test_resampling_trains_under_every_importance_sampling_mode(gpt2_dir, flat_data, tmp_path, mode, pad):
+    """Resampled batches keep TRL's importance-sampling ratio in its shape (one per sequence under sequence_*, one per
+    token otherwise), with and without pad_to_multiple_of; every round samples with the recipe's SamplingParams from
+    the weights the trainer holds. Before the fix, sequence_* with pad_to_multiple_of 8 stopped in TRL's loss."""
+    args = vllm_args(tmp_path, max_completion_length=16, pad_to_multiple_of=pad, vllm_importance_sampling_mode=mode,
+                     temperature=0.9, top_p=1.0)
+    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+                              callbacks=[{"name": "zero_std_resampling", "max_rounds": 2}])
+    recorder = SamplingRecorder(trainer)
+    trainer.train()
+    assert trainer.state.global_step == 3
+    assert all(math.isfinite(v) for v in _steps(trainer, "loss"))
+    assert sum(_steps(trainer, "resample/rounds")) >= 1, "no batch was resampled: the test data should make flat groups"
+    assert _steps(trainer, "sampling/importance_sampling_ratio/mean"), "TRL's vLLM importance sampling did not run"
+    rounds = [c for c in recorder.calls if c["training"]]
+    assert len(rounds) == 3 + sum(_steps(trainer, "resample/rounds"))  # one call per round, resampling's included
+    assert {(c["temperature"], c["top_p"], c["max_tokens"]) for c in rounds} == {(0.9, 1.0, 16)}
+    assert max(c["weights_gap"] for c in rounds) == 0.0  # every round sampled the trainer's current weights
+
+
+# ---- heldout_guard ------------------------------------------------------------------------------------------------
+
+def test_after_the_guard_restores_the_start_vllm_holds_the_restored_weights(gpt2_dir, flat_data, tmp_path):
+    """The guard restores step 0's weights after the last step; vLLM must hold them, not the last synced step's
+    (before the fix its weights were step 2's, and trainer.evaluate() or any later generation sampled them)."""
+    from test_heldout_guard import HeldoutProbe
+
+    probe = HeldoutProbe({0: 1.0, 1: 0.5, 2: 0.4, 3: 0.3}, every=1)
+    args = vllm_args(tmp_path, max_completion_length=8)
+    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+                              callbacks=[probe, {"name": "heldout_guard", "metric": "heldout/probe"}])
+    trainer.train()
+    assert _steps(trainer, "heldout_guard/restored") == [1] and _steps(trainer, "heldout_guard/best_step") == [0]
+    trained, start = probe.weights[3], probe.weights[0]
+    assert any(not torch.equal(trained[n], start[n]) for n in start)  # training moved the weights
+    assert weights_gap(trainer) == 0.0  # the engine holds what the trainer holds: the start
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    assert all(torch.equal(p, start[n]) for n, p in model.named_parameters())
+
+
+# ---- skip_nonfinite -----------------------------------------------------------------------------------------------
+
+def test_a_skipped_nan_step_leaves_vllm_with_the_trainers_weights(gpt2_dir, flat_data, tmp_path):
+    from test_nonfinite import NaNGradientAt
+
+    probe = NaNGradientAt(step=2)
+    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, learning_rate=1e-3)
+    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+                              callbacks=[probe])
+    recorder = SamplingRecorder(trainer)
+    trainer.train()
+    assert _steps(trainer, "skipped_updates") == [0, 1, 1, 1]
+    assert all(torch.equal(probe.weights[2][n], probe.weights[1][n]) for n in probe.weights[1])  # kept out
+    assert [c["step"] for c in recorder.calls] == [0, 1, 2, 3]
+    assert all(c["weights_gap"] == 0.0 for c in recorder.calls)  # the sync after the skipped step pushed finite weights
+    assert all(torch.isfinite(p).all() for p in engine_model(trainer).parameters())
+
+
+# ---- per-task sampling --------------------------------------------------------------------------------------------
+
+def test_each_tasks_sampling_settings_reach_vllm(gpt2_dir, tmp_path):
+    rows = [{"prompt": f"P: {'8/' * (i % 5)}k w {i}", "task": "P"} for i in range(16)]
+    rows += [{"prompt": f"A: {'8/' * (i % 3)}K b {i}+", "task": "A"} for i in range(16)]
+    data = Dataset.from_list(rows)
+    per_task = {"P": {"temperature": 0.5, "top_p": 0.9}, "A": {"temperature": 1.3}}
+    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, task_generation_kwargs=per_task, temperature=1.0)
+    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=data)
+    tokenizer = trainer.processing_class
+    recorder = SamplingRecorder(trainer, {tuple(tokenizer(r["prompt"])["input_ids"]): r["task"] for r in rows})
+    trainer.train()
+    settings = {frozenset(c["tasks"]): (c["temperature"], c["top_p"]) for c in recorder.calls}
+    assert settings == {frozenset({"P"}): (0.5, 0.9), frozenset({"A"}): (1.3, 1.0)}, recorder.calls
+
+
+def test_generation_kwargs_that_set_a_per_task_setting_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"generation_kwargs sets \['temperature'\]"):
+        vllm_args(tmp_path, task_generation_kwargs={"P": {"temperature": 0.5}}, generation_kwargs={"temperature": 1.0})
+
+
+# ---- a model vLLM cannot serve ------------------------------------------------------------------------------------
+
+def test_a_head_size_vllms_cpu_attention_cannot_serve_stops_before_the_engine_starts(tmp_path, flat_data):
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+
+    model = build_tiny_gpt2(tmp_path / "h56", TinyGPT2Spec(n_embd=112, n_head=2))  # head size 56, as tiny-rookworld's
+    with pytest.raises(ConfigError, match=r"attention head size 56.*use_vllm: false"):
+        RookGRPOTrainer(model=str(model), reward_funcs=[_mostly_flat()], args=vllm_args(tmp_path / "out"),
+                        train_dataset=flat_data)
+
+
+# ---- the other callbacks --------------------------------------------------------------------------------------------
+
+def test_every_other_callback_trains_under_vllm(gpt2_dir, flat_data, tmp_path):
+    """prompt_selection, heldout_eval, sft_anchor, adaptive_beta, kl_cap, diagnostics and doctor in one vLLM run: each
+    logs its numbers, and the doctor reads TRL's sampling/* metrics."""
+    ref, anchor = tmp_path / "ref.jsonl", tmp_path / "anchor.jsonl"
+    Dataset.from_list([{"prompt": r["prompt"], "completion": " e2e4 e7e5", "signal": True}
+                       for r in flat_data]).to_json(str(ref))
+    Dataset.from_list([{"prompt": f"anchor {i}:", "completion": " a1a2"} for i in range(8)]).to_json(str(anchor))
+    callbacks = [
+        {"name": "prompt_selection", "rule": "greso"},
+        {"name": "zero_std_resampling", "max_rounds": 1},
+        {"name": "heldout_eval", "data": str(ref), "every": 2, "n": 4},
+        {"name": "sft_anchor", "data": str(anchor), "tasks": None, "coef": 0.1, "batch_size": 4},
+        {"name": "adaptive_beta", "target_kl": 0.05, "horizon": 10, "beta_min": 0.001, "beta_max": 0.5},
+        {"name": "kl_cap", "max_token_kl": 5.0},
+        "diagnostics",
+        {"name": "doctor", "report": None},
+    ]
+    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, beta=0.05, logging_steps=2)
+    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+                              callbacks=callbacks)
+    recorder = SamplingRecorder(trainer)
+    trainer.train()
+    logged = {k for h in trainer.state.log_history for k in h}
+    for key in ("select/skipped", "heldout/mostly_flat", "heldout/nll", "sft_anchor/nll", "beta", "kl_cap/capped_frac",
+                "timing/generation", "sampling/sampling_logp_difference/mean"):
+        assert any(k.startswith(key) for k in logged), (key, sorted(logged))
+    assert all(c["weights_gap"] == 0.0 for c in recorder.calls if c["training"])
+
+
+# ---- Qwen2 + LoRA: TRL's merged-adapter sync ---------------------------------------------------------------------
+
+def test_a_lora_policy_syncs_its_merged_weights_into_vllm(qwen2_dir, tmp_path):
+    """The code recipe's shape: TRL merges the adapter into the base weights to push them, then unmerges. After
+    training, the engine's log-probs are the trained (merged) model's, not the base model's."""
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"write f{i}"}]} for i in range(16)])
+    args = vllm_args(tmp_path, max_steps=3, max_completion_length=12, learning_rate=5e-2)
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = RookGRPOTrainer(model=str(qwen2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=data,
+                              peft_config=lora)
+    trainer.train()
+    sync_engine_weights(trainer)  # TRL's own sync (merge, push, unmerge), as before the next generation
+    ids = trainer.processing_class("def f3(x):\n    return x * 3 + 3\n")["input_ids"]
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    engine = engine_logprobs(trainer, ids)
+    with policy.disable_adapter():
+        base_gap = (engine - model_logprobs(policy, ids)).abs().max().item()
+    trained_gap = (engine - model_logprobs(policy, ids)).abs().max().item()
+    fresh = AutoModelForCausalLM.from_pretrained(str(qwen2_dir))
+    assert (model_logprobs(fresh, ids) - model_logprobs(policy, ids)).abs().max().item() > 0.2  # LoRA moved it
+    assert trained_gap < 0.1 < base_gap, (trained_gap, base_gap)
