@@ -14,6 +14,7 @@ log-probs of a fixed sequence against the trainer's.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -33,6 +34,27 @@ from rookgrpo.vllm_compat import engine_model, sync_engine_weights  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 ASSETS = Path(__file__).parent / "assets"
+
+
+_BUILT: list = []  # the trainers the running test built
+
+
+def Trainer(*args, **kwargs) -> RookGRPOTrainer:
+    """``RookGRPOTrainer``, remembered so the test's teardown frees its engine."""
+    trainer = RookGRPOTrainer(*args, **kwargs)
+    _BUILT.append(trainer)
+    return trainer
+
+
+@pytest.fixture(autouse=True)
+def _free_engines():
+    """After each test, free the engines its trainers built. Each holds a GiB of KV cache, and one left to be
+    collected with its trainer (a reference cycle) keeps that memory: released first, it is returned."""
+    from rookgrpo.vllm_compat import release_engine
+
+    yield
+    while _BUILT:
+        release_engine(_BUILT.pop())
 
 
 # ---- models and data ---------------------------------------------------------------------------------------------
@@ -128,8 +150,11 @@ class SamplingRecorder:
     def __init__(self, trainer, prompt_tasks: dict[tuple, str] | None = None):
         self.trainer, self.calls = trainer, []
         self.prompt_tasks = prompt_tasks or {}
+        import weakref
+
         llm = trainer.vllm_generation.llm
-        self.original = llm.generate
+        # the engine through a weak proxy: a strong reference here would keep its memory after the test
+        self.original = functools.partial(type(llm).generate, weakref.proxy(llm))
 
         def generate(prompts, sampling_params=None, **kwargs):
             params = sampling_params[0] if isinstance(sampling_params, list) else sampling_params
@@ -140,7 +165,7 @@ class SamplingRecorder:
                                "weights_gap": weights_gap(trainer)})
             return self.original(prompts, sampling_params=sampling_params, **kwargs)
 
-        llm.generate = generate
+        trainer.vllm_generation.llm.generate = generate
 
 
 def _steps(trainer, key: str) -> list[float]:
@@ -160,7 +185,7 @@ def test_resampling_trains_under_every_importance_sampling_mode(gpt2_dir, flat_d
     the weights the trainer holds. Before the fix, sequence_* with pad_to_multiple_of 8 stopped in TRL's loss."""
     args = vllm_args(tmp_path, max_completion_length=16, pad_to_multiple_of=pad, vllm_importance_sampling_mode=mode,
                      temperature=0.9, top_p=1.0)
-    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
                               callbacks=[{"name": "zero_std_resampling", "max_rounds": 2}])
     recorder = SamplingRecorder(trainer)
     trainer.train()
@@ -174,6 +199,26 @@ def test_resampling_trains_under_every_importance_sampling_mode(gpt2_dir, flat_d
     assert max(c["weights_gap"] for c in rounds) == 0.0  # every round sampled the trainer's current weights
 
 
+# ---- the weights vLLM samples from --------------------------------------------------------------------------------
+
+def test_after_training_the_engine_samples_the_trainers_weights_not_the_starts(gpt2_dir, flat_data, tmp_path):
+    """End to end, through the engine's log-probs: every layer reloads, the tied LM head's packed kernel included
+    (before the fix the engine's logits stayed the start's: 2.3 nats/token from the trainer's after 6 steps)."""
+    from transformers import AutoModelForCausalLM
+
+    args = vllm_args(tmp_path, max_steps=6, max_completion_length=8, learning_rate=5e-2)
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=flat_data)
+    trainer.train()
+    sync_engine_weights(trainer)
+    ids = trainer.processing_class("P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: e2e4 E: 0.3 B: e2e4")["input_ids"]
+    engine = engine_logprobs(trainer, ids)
+    trained = model_logprobs(trainer.accelerator.unwrap_model(trainer.model), ids)
+    start = model_logprobs(AutoModelForCausalLM.from_pretrained(str(gpt2_dir)), ids)
+    moved = (trained - start).abs().mean().item()
+    assert moved > 1.0, moved  # training moved the log-probs far beyond bf16 rounding
+    assert (engine - trained).abs().mean().item() < moved / 5
+
+
 # ---- heldout_guard ------------------------------------------------------------------------------------------------
 
 def test_after_the_guard_restores_the_start_vllm_holds_the_restored_weights(gpt2_dir, flat_data, tmp_path):
@@ -183,7 +228,7 @@ def test_after_the_guard_restores_the_start_vllm_holds_the_restored_weights(gpt2
 
     probe = HeldoutProbe({0: 1.0, 1: 0.5, 2: 0.4, 3: 0.3}, every=1)
     args = vllm_args(tmp_path, max_completion_length=8)
-    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
                               callbacks=[probe, {"name": "heldout_guard", "metric": "heldout/probe"}])
     trainer.train()
     assert _steps(trainer, "heldout_guard/restored") == [1] and _steps(trainer, "heldout_guard/best_step") == [0]
@@ -201,7 +246,7 @@ def test_a_skipped_nan_step_leaves_vllm_with_the_trainers_weights(gpt2_dir, flat
 
     probe = NaNGradientAt(step=2)
     args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, learning_rate=1e-3)
-    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
                               callbacks=[probe])
     recorder = SamplingRecorder(trainer)
     trainer.train()
@@ -220,7 +265,7 @@ def test_each_tasks_sampling_settings_reach_vllm(gpt2_dir, tmp_path):
     data = Dataset.from_list(rows)
     per_task = {"P": {"temperature": 0.5, "top_p": 0.9}, "A": {"temperature": 1.3}}
     args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, task_generation_kwargs=per_task, temperature=1.0)
-    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=data)
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=data)
     tokenizer = trainer.processing_class
     recorder = SamplingRecorder(trainer, {tuple(tokenizer(r["prompt"])["input_ids"]): r["task"] for r in rows})
     trainer.train()
@@ -240,7 +285,7 @@ def test_a_head_size_vllms_cpu_attention_cannot_serve_stops_before_the_engine_st
 
     model = build_tiny_gpt2(tmp_path / "h56", TinyGPT2Spec(n_embd=112, n_head=2))  # head size 56, as tiny-rookworld's
     with pytest.raises(ConfigError, match=r"attention head size 56.*use_vllm: false"):
-        RookGRPOTrainer(model=str(model), reward_funcs=[_mostly_flat()], args=vllm_args(tmp_path / "out"),
+        Trainer(model=str(model), reward_funcs=[_mostly_flat()], args=vllm_args(tmp_path / "out"),
                         train_dataset=flat_data)
 
 
@@ -264,7 +309,7 @@ def test_every_other_callback_trains_under_vllm(gpt2_dir, flat_data, tmp_path):
         {"name": "doctor", "report": None},
     ]
     args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, beta=0.05, logging_steps=2)
-    trainer = RookGRPOTrainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
                               callbacks=callbacks)
     recorder = SamplingRecorder(trainer)
     trainer.train()
@@ -286,7 +331,7 @@ def test_a_lora_policy_syncs_its_merged_weights_into_vllm(qwen2_dir, tmp_path):
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"write f{i}"}]} for i in range(16)])
     args = vllm_args(tmp_path, max_steps=3, max_completion_length=12, learning_rate=5e-2)
     lora = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
-    trainer = RookGRPOTrainer(model=str(qwen2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=data,
+    trainer = Trainer(model=str(qwen2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=data,
                               peft_config=lora)
     trainer.train()
     sync_engine_weights(trainer)  # TRL's own sync (merge, push, unmerge), as before the next generation
@@ -299,3 +344,37 @@ def test_a_lora_policy_syncs_its_merged_weights_into_vllm(qwen2_dir, tmp_path):
     fresh = AutoModelForCausalLM.from_pretrained(str(qwen2_dir))
     assert (model_logprobs(fresh, ids) - model_logprobs(policy, ids)).abs().max().item() > 0.2  # LoRA moved it
     assert trained_gap < 0.1 < base_gap, (trained_gap, base_gap)
+
+
+# ---- the doctor on vLLM runs --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["clean", "top_p", "stale"])
+def test_the_doctor_names_a_sampler_off_the_trainer_and_not_a_clean_one(gpt2_dir, flat_data, tmp_path, case,
+                                                                           caplog):
+    """Logged runs of the vLLM leg: a clean one (no sampler finding), one sampling at top_p 0.9 (the ratio is biased,
+    and the trainer warned at start), and one whose weights stop reaching vLLM after the first step."""
+    from rookgrpo.doctor import History, diagnose
+
+    # The stale run learns fast, so the engine's start falls far behind; the others at the benchmark's rate, where the
+    # bf16 engine and the fp32 trainer stay 0.045 nats/token apart (benchmarks/bench_vllm.py).
+    args = vllm_args(tmp_path, max_steps=12, max_completion_length=16,
+                     learning_rate=5e-2 if case == "stale" else 1e-3, top_p=0.9 if case == "top_p" else 1.0)
+    with caplog.at_level("WARNING", logger="rookgrpo.vllm_compat"):
+        trainer = Trainer(model=str(gpt2_dir), reward_funcs=["uci_charset"], args=args,
+                                  train_dataset=flat_data)
+    assert ("truncated sampling (the recipe: top_p 0.9)" in caplog.text) == (case == "top_p")
+    if case == "stale":
+        sync, calls = trainer.vllm_generation.sync_weights, []
+
+        def first_only():
+            calls.append(1)
+            if len(calls) == 1:
+                sync()
+
+        trainer.vllm_generation.sync_weights = first_only
+    trainer.train()
+    findings, _ = diagnose(History([h for h in trainer.state.log_history if "train_runtime" not in h]),
+                           only=["sampler"])
+    found = {f.kind for f in findings}
+    expected = {"clean": set(), "top_p": {"sampler_mismatch"}, "stale": {"sampler_drift", "sampler_mismatch"}}[case]
+    assert found == expected

@@ -120,6 +120,8 @@ class RookGRPOTrainer(GRPOTrainer):
             callback.bind(self)
         self._register_hooks()
         self._hooks_ready = True
+        if getattr(self.args, "use_vllm", False):
+            vllm_compat.warn_truncated_sampling(self)
 
     def _register_hooks(self) -> None:
         """Sort the bound callbacks' hooks into the lists the trainer calls; rerun whenever the callbacks change."""

@@ -49,6 +49,12 @@ class Thresholds:
     heldout_min_abs: float = 0.03  #: ... and by at least this much for a rate in [0, 1] (accuracy, share)
     heldout_min_rel: float = 0.05  #: ... or this share of its reference value for other metrics (NLL, loss, reward)
     kl_spike_floor: float = 0.1  #: a KL spike must reach this many nats/token to matter (a 40x rise from 0.002 does not)
+    #: vLLM's and the trainer's log-probs of the sampled tokens apart by more than this many nats per token (mean)
+    sampler_logp_diff: float = 0.05
+    #: TRL's importance-sampling ratio's mean outside [1 / this, this]: the correction rescales the loss systematically
+    sampler_ratio_bias: float = 1.25
+    #: the log-prob difference's end this many times its start, with a rising trend: vLLM's weights fall behind
+    sampler_drift: float = 3.0
     identical_share: float = 0.5  #: share of groups whose completions are all the same token sequence
     collapsed_share: float = 0.5  #: share of logged points at which a reward gave the whole batch one score
     saturated_relative: float = 1e-3  #: a reward's batch spread under this share of its magnitude: saturated
@@ -93,7 +99,7 @@ class Finding:
 
 #: Every kind of finding, in report order (the ``doctor`` callback's ``halt_on`` names these).
 KINDS = ("nonfinite", "zero_gradient", "grad_growth", "grad_spike", "entropy_collapse", "kl_runaway", "kl_spike",
-         "kl_dominates", "clipping", "clip_asymmetry", "length_hacking", "truncation", "no_loss_tokens",
+         "kl_dominates", "clipping", "clip_asymmetry", "sampler_mismatch", "sampler_drift", "length_hacking", "truncation", "no_loss_tokens",
          "identical_groups", "reward_plateau", "reward_peak_fall", "reward_decline", "reward_collapsed",
          "reward_saturated", "reward_dead", "reward_dominant", "zero_std", "kl_only_groups", "heldout_drop",
          "recompile")
@@ -390,9 +396,11 @@ def detect_clipping(h: History, t: Thresholds) -> list[Finding]:
             values={"median": med},
             message=f"{med:.0%} of completion tokens were clipped at the trust region (median of the last quarter): "
                     "their gradient is zero, so most of the batch does not teach. Likely cause: the policy moves too "
-                    "far between generation and update (num_iterations, steps_per_generation, a high learning rate, "
-                    "vLLM's sampler off the trainer's). Fix: lower learning_rate or num_iterations, or widen "
-                    "epsilon/epsilon_high."))
+                    "far between generation and update (num_iterations, steps_per_generation, a high learning rate). "
+                    "This ratio compares the trainer with itself (the policy against the old policy's log-probs, "
+                    "which the trainer recomputes), so vLLM's sampler cannot show here: a sampler/trainer mismatch "
+                    "shows in TRL's sampling/* metrics (the sampler_mismatch finding). Fix: lower learning_rate or "
+                    "num_iterations, or widen epsilon/epsilon_high."))
     _, low = h.curve("clip_ratio/low_mean")
     _, high = h.curve("clip_ratio/high_mean")
     if low and high:
@@ -407,6 +415,59 @@ def detect_clipping(h: History, t: Thresholds) -> list[Finding]:
                 message=f"clipped tokens are mostly on the {side} side ({_fmt(lo)} low vs {_fmt(hi)} high, mean "
                         f"share): the clip stops {what}. Fix: widen that side's epsilon (epsilon_high, as DAPO's "
                         "clip-higher does, or epsilon) or lower the learning rate."))
+    return out
+
+
+SAMPLER_DIFF = "sampling/sampling_logp_difference/mean"
+SAMPLER_RATIO = "sampling/importance_sampling_ratio/mean"
+
+
+@detector(SAMPLER_DIFF, SAMPLER_RATIO)
+def detect_sampler(h: History, t: Thresholds) -> list[Finding]:
+    """vLLM's sampler against the trainer (TRL's ``sampling/*``, logged under ``use_vllm`` with the importance-sampling
+    correction on): the log-probs of the same sampled tokens should agree up to the engines' rounding. Judged on the
+    correction's own terms (how far its ratio rescales the loss, how many nats per token the two distributions are
+    apart) and on the run's own trend (apart more and more: the engine's weights fall behind the trainer's)."""
+    out = []
+    steps, diff = h.curve(SAMPLER_DIFF)
+    _, ratio = h.curve(SAMPLER_RATIO)
+    causes = ("Likely causes: truncated sampling (top_p < 1, top_k or min_p: vLLM reports the log-probs of the "
+              "truncated distribution it sampled from, the trainer scores the full one, so every token's ratio is "
+              "below 1; measured top_p 0.9: ratio 0.10-0.15 per 24-token sequence), scoring at other positions than "
+              "the sampler (an absolute-position model such as GPT-2 scored with position_ids_from_mask: false or by "
+              "a plain GRPOTrainer: measured 0.081 against 0.045 nats/token), the loss at another temperature than the "
+              "sampler, or precision (vLLM serves bf16 while the trainer scores fp32: the floor of the difference)")
+    fixes = ("Fix: sample at top_p 1.0 (top_k 0, min_p 0) under vLLM or use a token-level "
+             "vllm_importance_sampling_mode; keep position_ids_from_mask on; match dtypes (bf16: true)")
+    if len(diff) >= t.min_share_points:
+        med = statistics.median(stats.tail(diff, 0.5))
+        rmed = statistics.median(stats.tail(ratio, 0.5)) if len(ratio) >= t.min_share_points else None
+        biased = rmed is not None and rmed > 0 and not (1 / t.sampler_ratio_bias <= rmed <= t.sampler_ratio_bias)
+        if med >= t.sampler_logp_diff or biased:
+            what = (f"TRL's importance-sampling ratio averaged {_fmt(rmed)} (sampling/importance_sampling_ratio/mean, "
+                    f"median of the second half): the correction scales the loss by that much, systematically"
+                    if biased else f"vLLM's and the trainer's log-probs of the sampled tokens were {_fmt(med)} nats "
+                    f"apart per token (sampling/sampling_logp_difference/mean, median of the second half)")
+            out.append(Finding(
+                "sampler_mismatch", "vLLM's sampler and the trainer disagree", steps[0], steps[-1],
+                subject=SAMPLER_RATIO if biased else SAMPLER_DIFF, values={"median": med, "ratio": rmed},
+                message=f"{what}: the completions are scored off the distribution that sampled them, and the "
+                        f"importance-sampling correction pays for it in the loss. {causes}. {fixes}."))
+    if len(diff) >= t.min_points:
+        start, end = statistics.median(stats.head(diff)), statistics.median(stats.tail(diff))
+        z, p = stats.mann_kendall(diff)
+        if end >= t.sampler_drift * max(start, 1e-6) and z > 0 and p < 0.05 and end >= t.sampler_logp_diff / 2:
+            out.append(Finding(
+                "sampler_drift", "vLLM's sampler falls behind the trainer", steps[0], steps[-1], subject=SAMPLER_DIFF,
+                values={"start": start, "end": end},
+                message=f"the sampler/trainer log-prob difference rose from {_fmt(start)} to {_fmt(end)} nats per "
+                        "token (sampling/sampling_logp_difference/mean, first and last quarter): vLLM is sampling "
+                        "weights the trainer has left behind. Likely cause: the weights stopped reaching vLLM (server "
+                        "mode: the weight-sync channel; a change of weights outside an optimizer step, such as a "
+                        "restore or a resume, that nothing pushed). Fix: check that TRL's sync_weights runs every "
+                        "step (its profiling shows sync_weights), restart the vLLM server, and push the weights after "
+                        "any restore (rookgrpo's heldout_guard does). With truncated sampling (sampler_mismatch) the "
+                        "difference also grows as the policy sharpens."))
     return out
 
 
