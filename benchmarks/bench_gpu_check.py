@@ -31,7 +31,9 @@ each arm's CUDA peak is its own), a few optimizer steps each:
   one component each (``+task_sampling``, ``+diagnostics``, ``+doctor``, ``+prompt_selection``, ``+adaptive_beta``,
   ``+sft_anchor``, ``+heldout``), ``bare-positions``, and ``recipe+heldout`` with eager attention (``/eager``: SDPA's
   kernels out of the picture) and in float32 (``/fp32``: bf16 autocast out of it); on request (``--arms``), the recipe
-  less one component each (``recipe-task_sampling``, ``recipe-prompt_selection``, ...), for effects of two together.
+  less one component each (``recipe-task_sampling``, ``recipe-prompt_selection``, ...), for effects of two together;
+- on request, generation with vLLM colocated (TRL's ``use_vllm``; vLLM installed): ``vanilla/vllm`` and
+  ``recipe/vllm`` (``--arms vanilla/vllm recipe/vllm``), TRL's ``sampling/*`` in their rows' logs.
 
 Batches hold several prompts (the recipe's 32 completions per device are 4 prompts of 8), so prompts are left-padded;
 ``--force-width W`` left-pads every log-prob forward (policy, reference, old policy) to width ``W`` (or ``W`` plus a
@@ -71,7 +73,10 @@ BISECT_ARMS = ("bare", "bare/unguarded", "bare-positions", "+task_sampling", "+d
 # The recipe less one component (for effects that need two components together).
 LEAVE_ONE_OUT = ("recipe-task_sampling", "recipe-diagnostics", "recipe-doctor", "recipe-prompt_selection",
                  "recipe-adaptive_beta")
-ARMS = ("probe",) + MAIN_ARMS + BISECT_ARMS + LEAVE_ONE_OUT
+#: Generation with vLLM colocated (TRL's use_vllm), vanilla TRL and the recipe: on request (``--arms``), where vLLM is
+#: installed; rookgrpo's own vLLM tests run on CPU (make test-vllm), these on the GPU's vLLM build.
+VLLM_ARMS = ("vanilla/vllm", "recipe/vllm")
+ARMS = ("probe",) + MAIN_ARMS + BISECT_ARMS + LEAVE_ONE_OUT + VLLM_ARMS
 #: The arms of the cuDNN check (the issue's table): the kernel probe, vanilla TRL, rookgrpo bare with and without its
 #: guards, the recipe, the recipe with LoRA.
 FAULT_ARMS = ("probe", "vanilla", "bare", "bare/unguarded", "recipe", "recipe+lora")
@@ -100,6 +105,7 @@ def arm_recipe(arm: str, data: Path) -> tuple[dict, list[str]]:
     shipped = [c for c in recipe["callbacks"] if _name(c) != "zero_std_resampling"]
     base, _, variant = arm.partition("/")
     extra = {"eager": ["--attn_implementation", "eager"], "fp32": ["--bf16", "false"], "unguarded": list(UNGUARDED),
+             "vllm": ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_gpu_memory_utilization", "0.3"],
              "": []}[variant]
     if base in ("vanilla", "recipe"):
         recipe["callbacks"] = shipped
@@ -317,13 +323,16 @@ def run_arm(arm: str, paths: dict, steps: int, tiny: bool, overrides: list[str] 
         argv += ["--per_device_train_batch_size", "16", "--max_completion_length", "16", "--bf16", "false"]
     argv += overrides
     trainer, _, model_path = build_trainer(argv + extra)
-    if arm == "vanilla":
+    if arm.partition("/")[0] == "vanilla":
         fields = {k: getattr(trainer.args, k) for k, f in GRPOConfig.__dataclass_fields__.items()
                   if f.init and hasattr(trainer.args, k)}
         fields.pop("generation_batch_size", None)  # derived from steps_per_generation; TRL rejects both
         funcs, data = list(trainer.reward_funcs), trainer.train_dataset  # the same rewards (Stockfish settings), rows
         del trainer  # model_init_kwargs (dtype, attention) came along in the fields
         trainer = GRPOTrainer(model=model_path, reward_funcs=funcs, args=GRPOConfig(**fields), train_dataset=data)
+        from rookgrpo.vllm_compat import enable_cpu_weight_reload
+
+        enable_cpu_weight_reload(trainer)  # vLLM's CPU build only (the --tiny dry run): TRL's sync needs it there
     meter = Meter(trainer)
     widths: list[int] = []
     force_width(trainer, width, widths)
@@ -424,7 +433,7 @@ def main(argv=None) -> dict:
         return row
     if args.run_arm:
         paths = json.loads((work / "paths.json").read_text())
-        steps = args.steps if args.run_arm in MAIN_ARMS else args.bisect_steps
+        steps = args.steps if args.run_arm in MAIN_ARMS + VLLM_ARMS else args.bisect_steps
         overrides = ["--per_device_train_batch_size", str(args.batch)] if args.batch else []
         row = run_arm(args.run_arm, paths, steps, args.tiny, overrides, width=args.force_width)
         Path(args.result).write_text(json.dumps(row))

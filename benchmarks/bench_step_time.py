@@ -73,6 +73,29 @@ def ratio_interval(blocks_a: list[list[float]], blocks_b: list[list[float]], n_b
     return ratio, samples[int(0.025 * n_boot)], samples[int(0.975 * n_boot) - 1]
 
 
+def interleaved_blocks(trainers: dict, min_blocks: int, max_blocks: int) -> tuple[dict, str | None]:
+    """Train every trainer a block at a time, in turn (the first block of each a warm-up), until the interval of
+    ``rookgrpo``'s ratio to ``vanilla`` lies wholly below or above :data:`TARGET` (``"met"``, ``"missed"``) or
+    ``max_blocks`` blocks are measured (``None``); returns the step times per block of each, and that decision."""
+    blocks = {name: [] for name in trainers}
+    for block in range(max_blocks + 1):
+        for name, trainer in trainers.items():
+            measured = step_times(trainer)
+            if block > 0:
+                blocks[name].append(measured)
+        if block >= min_blocks:
+            _, low, high = ratio_interval(blocks["vanilla"], blocks["rookgrpo"])
+            if high <= TARGET or low > TARGET:
+                return blocks, "met" if high <= TARGET else "missed"
+    return blocks, None
+
+
+def verdict_text(decided: str | None, max_blocks: int) -> str:
+    return {"met": f"the interval lies below {TARGET}: target met",
+            "missed": f"the interval lies above {TARGET}: target missed",
+            None: f"undecided after {max_blocks} blocks: the interval still contains {TARGET}"}[decided]
+
+
 def overhead(model, dataset, tmp, args) -> tuple[str, dict]:
     from trl import GRPOTrainer
 
@@ -82,18 +105,7 @@ def overhead(model, dataset, tmp, args) -> tuple[str, dict]:
     trainers = {"vanilla": build(GRPOTrainer, model, dataset, f"{tmp}/v", args.steps),
                 "rookgrpo": build(RookGRPOTrainer, model, dataset, f"{tmp}/r", args.steps),
                 "diagnostics": build(RookGRPOTrainer, model, dataset, f"{tmp}/d", args.steps, [Diagnostics()])}
-    blocks = {name: [] for name in trainers}
-    decided = None
-    for block in range(args.max_blocks + 1):
-        for name, trainer in trainers.items():
-            measured = step_times(trainer)
-            if block > 0:
-                blocks[name].append(measured)
-        if block >= args.min_blocks:
-            _, low, high = ratio_interval(blocks["vanilla"], blocks["rookgrpo"])
-            if high <= TARGET or low > TARGET:
-                decided = "met" if high <= TARGET else "missed"
-                break
+    blocks, decided = interleaved_blocks(trainers, args.min_blocks, args.max_blocks)
     rows, stats = [], {}
     for name in trainers:
         steps = [t for b in blocks[name] for t in b]
@@ -105,9 +117,7 @@ def overhead(model, dataset, tmp, args) -> tuple[str, dict]:
         else:
             line += " 1 |"
         rows.append(line)
-    verdict = {"met": f"the interval lies below {TARGET}: target met",
-               "missed": f"the interval lies above {TARGET}: target missed",
-               None: f"undecided after {args.max_blocks} blocks: the interval still contains {TARGET}"}[decided]
+    verdict = verdict_text(decided, args.max_blocks)
     table = "\n".join([
         "| trainer | median step time (s) | steps measured | ratio to vanilla [95% interval] |",
         "| --- | --- | --- | --- |",

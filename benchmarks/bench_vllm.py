@@ -104,7 +104,7 @@ def mismatch(tmp: str, seeds: list[int]) -> tuple[str, dict]:
 
 
 def steptime(tmp: str, steps: int, min_blocks: int, max_blocks: int) -> tuple[str, dict]:
-    from bench_step_time import ratio_interval
+    from bench_step_time import interleaved_blocks, ratio_interval, verdict_text
     from trl import GRPOConfig, GRPOTrainer
 
     from rookgrpo import RookGRPOTrainer
@@ -125,26 +125,12 @@ def steptime(tmp: str, steps: int, min_blocks: int, max_blocks: int) -> tuple[st
                 "rookgrpo": RookGRPOTrainer(model=model, reward_funcs=["uci_charset"], args=rook_args,
                                             train_dataset=data)}
     enable_cpu_weight_reload(trainers["vanilla"])
-    blocks = {name: [] for name in trainers}
-    decided = None
-    for block in range(max_blocks + 1):
-        for name, trainer in trainers.items():
-            trainer.state.log_history.clear()
-            trainer.train()
-            if block > 0:
-                blocks[name].append([h["step_time"] for h in trainer.state.log_history if "step_time" in h])
-        if block >= min_blocks:
-            _, low, high = ratio_interval(blocks["vanilla"], blocks["rookgrpo"])
-            if high <= TARGET or low > TARGET:
-                decided = "met" if high <= TARGET else "missed"
-                break
+    blocks, decided = interleaved_blocks(trainers, min_blocks, max_blocks)
     for trainer in trainers.values():
         release_engine(trainer)
     ratio, low, high = ratio_interval(blocks["vanilla"], blocks["rookgrpo"])
     med = {n: statistics.median([t for b in blocks[n] for t in b]) for n in blocks}
-    verdict = {"met": f"the interval lies below {TARGET}: target met",
-               "missed": f"the interval lies above {TARGET}: target missed",
-               None: f"undecided after {max_blocks} blocks: the interval still contains {TARGET}"}[decided]
+    verdict = verdict_text(decided, max_blocks)
     table = "\n".join([
         "| trainer (vLLM colocate) | median step time (s) | steps measured | ratio to vanilla [95% interval] |",
         "| --- | --- | --- | --- |",
@@ -196,6 +182,19 @@ def generation(tmp: str, rounds: int) -> tuple[str, dict]:
     return table, {"seconds": times, "median": med}
 
 
+def _without_out(argv: list[str]) -> list[str]:
+    """The command's arguments less ``--out FILE`` (where the result went is not part of what was measured).
+
+    >>> _without_out(["--seeds", "3", "--out", "r.json"])
+    ['--seeds', '3']
+    """
+    out = list(argv)
+    while "--out" in out:
+        i = out.index("--out")
+        del out[i:i + 2]
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", nargs="*", default=list(PARTS), choices=PARTS)
@@ -237,7 +236,7 @@ def main(argv=None):
             f"{args.steps} steps, every completion 24 tokens (min_tokens). Generation: the rookworld recipe's shape "
             "(GPT-2 124M, random weights), 4 P: prompts x 8 completions, temperature 0.5, top_p 0.9, up to 144 tokens."),
         "table": "\n\n".join(tables),
-        "command": "python benchmarks/bench_vllm.py " + " ".join(argv or []),
+        "command": " ".join(["python benchmarks/bench_vllm.py", *_without_out(argv or [])]),
     })
     return finish(result, args.out)
 

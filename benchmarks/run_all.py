@@ -86,6 +86,9 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("selection_env_exact_target", "bench_selection",
      ["--regime", "env_exact", "--seeds", "3", "--arms", "dapo,passrate-target+resampling"]),
     ("shapes", "bench_shapes", []),
+    # vLLM generation on vLLM's CPU build (it runs itself in .venv-vllm, which make test-vllm builds): the sampler
+    # against the trainer, RookGRPOTrainer's step time against TRL's under vLLM, vLLM against transformers generation.
+    ("vllm", "bench_vllm", []),
     # The GPU check (a GPU owner runs it without arguments), here on CPU at the full 124M shape with bf16 autocast and
     # 8 completions per step: what the CPU could rule out about the NaN gradient of the first GPU run.
     ("gpu_check_cpu", "bench_gpu_check",

@@ -199,6 +199,20 @@ def test_resampling_trains_under_every_importance_sampling_mode(gpt2_dir, flat_d
     assert max(c["weights_gap"] for c in rounds) == 0.0  # every round sampled the trainer's current weights
 
 
+def test_resampling_under_vllm_with_buffered_batches(gpt2_dir, flat_data, tmp_path):
+    """A generation batch optimised over two steps and two iterations: TRL computes the old policy's log-probs, and
+    the rows resampling re-pads get them (and the importance-sampling ratio) recomputed on the final padding."""
+    args = vllm_args(tmp_path, max_steps=4, max_completion_length=16, pad_to_multiple_of=8, steps_per_generation=2,
+                     num_iterations=2, vllm_importance_sampling_mode="sequence_mask")
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+                      callbacks=[{"name": "zero_std_resampling", "max_rounds": 2}])
+    recorder = SamplingRecorder(trainer)
+    trainer.train()
+    assert trainer.state.global_step == 4 and all(math.isfinite(v) for v in _steps(trainer, "loss"))
+    assert sum(_steps(trainer, "resample/rounds")) >= 1
+    assert all(c["weights_gap"] == 0.0 for c in recorder.calls)
+
+
 # ---- the weights vLLM samples from --------------------------------------------------------------------------------
 
 def test_after_training_the_engine_samples_the_trainers_weights_not_the_starts(gpt2_dir, flat_data, tmp_path):
@@ -356,7 +370,7 @@ def test_the_doctor_names_a_sampler_off_the_trainer_and_not_a_clean_one(gpt2_dir
     from rookgrpo.doctor import History, diagnose
 
     # The stale run learns fast, so the engine's start falls far behind; the others at the benchmark's rate, where the
-    # bf16 engine and the fp32 trainer stay 0.045 nats/token apart (benchmarks/bench_vllm.py).
+    # bf16 engine and the fp32 trainer stay 0.044 nats/token apart (benchmarks/bench_vllm.py).
     args = vllm_args(tmp_path, max_steps=12, max_completion_length=16,
                      learning_rate=5e-2 if case == "stale" else 1e-3, top_p=0.9 if case == "top_p" else 1.0)
     with caplog.at_level("WARNING", logger="rookgrpo.vllm_compat"):
@@ -378,3 +392,25 @@ def test_the_doctor_names_a_sampler_off_the_trainer_and_not_a_clean_one(gpt2_dir
     found = {f.kind for f in findings}
     expected = {"clean": set(), "top_p": {"sampler_mismatch"}, "stale": {"sampler_drift", "sampler_mismatch"}}[case]
     assert found == expected
+
+
+# ---- the GPU check's vLLM stage, dry run ---------------------------------------------------------------------------
+
+def test_the_gpu_checks_vllm_stage_runs_the_chess_recipe_on_cpu(tmp_path, monkeypatch):
+    """benchmarks/bench_gpu_check.py's vLLM arms (vanilla TRL and recipes/rookworld.yaml as shipped, its per-task
+    top_p 0.9 and every callback, with vLLM colocated) at the tiny shape: what a GPU owner's run does, minus the GPU."""
+    from conftest import REPO, load_script
+
+    # The engines this process ran set the rendezvous variables (TRL's colocate mode) and hold that port: each arm's
+    # process picks its own, as a fresh launch does.
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+
+    bench = load_script(REPO / "benchmarks" / "bench_gpu_check.py")
+    result = bench.main(["--tiny", "--arms", "vanilla/vllm", "recipe/vllm", "--steps", "2", "--work",
+                         str(tmp_path / "w"), "--out", str(tmp_path / "result.json")])
+    rows = {r["arm"]: r for r in result["rows"]}
+    assert set(rows) == {"vanilla/vllm", "recipe/vllm"}
+    for arm, row in rows.items():
+        assert row["error"] is None, (arm, row["error"])
+        assert (row["steps"], row["finite_steps"], row["weights_finite"]) == (2, 2, True)

@@ -189,9 +189,9 @@ def truncated_sampling(trainer: Any) -> dict[str, dict[str, float]]:
     vLLM reports the log-probs of the truncated, renormalised distribution it sampled from (TRL asks for processed
     log-probs), and the trainer scores the untruncated one, so every kept token's ratio p_trainer / p_vLLM is below 1
     by the mass the truncation dropped. Measured (benchmarks/bench_vllm.py, docs/dynamics.md): top_p 0.9 moves TRL's
-    ``sampling/sampling_logp_difference/mean`` from 0.045 to 0.106 nats per token on a tiny GPT-2 and from 0.010 to
-    0.105 on a tiny Qwen2, and the sequence-level ratio (TRL's default ``sequence_mask``) from about 1.0 to 0.10-0.15
-    over 24 tokens: every sequence's loss scaled down 7-10x, longer ones more.
+    ``sampling/sampling_logp_difference/mean`` from 0.044 to 0.107 nats per token on a tiny GPT-2 and from 0.0005 to
+    0.105 on a tiny Qwen2, and the sequence-level ratio (TRL's default ``sequence_mask``) from about 1.0 to 0.11-0.15
+    over 24 tokens: every sequence's loss scaled down 7-9x, longer ones more.
     """
     if not getattr(trainer, "use_vllm", False) or not getattr(trainer, "vllm_importance_sampling_correction", False):
         return {}
@@ -224,7 +224,7 @@ def warn_truncated_sampling(trainer: Any) -> None:
     logger.warning(
         "use_vllm with truncated sampling (%s) and vllm_importance_sampling_correction: vLLM returns log-probs of the "
         "truncated distribution, the trainer scores the full one, so TRL's importance-sampling ratio falls below 1 on "
-        "every token (measured: top_p 0.9 gives a sequence-level ratio of 0.10-0.15 over 24 tokens, scaling each "
+        "every token (measured: top_p 0.9 gives a sequence-level ratio of 0.11-0.15 over 24 tokens, scaling each "
         "sequence's loss down, longer ones more; docs/dynamics.md). Fix: sample at top_p 1.0 (top_k 0, min_p 0) under "
         "vLLM, or set vllm_importance_sampling_correction: false (no correction of the engines' numerical mismatch "
         "either), or a token-level mode (vllm_importance_sampling_mode: token_truncate) where the bias is per token, "

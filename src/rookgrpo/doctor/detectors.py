@@ -433,9 +433,9 @@ def detect_sampler(h: History, t: Thresholds) -> list[Finding]:
     _, ratio = h.curve(SAMPLER_RATIO)
     causes = ("Likely causes: truncated sampling (top_p < 1, top_k or min_p: vLLM reports the log-probs of the "
               "truncated distribution it sampled from, the trainer scores the full one, so every token's ratio is "
-              "below 1; measured top_p 0.9: ratio 0.10-0.15 per 24-token sequence), scoring at other positions than "
+              "below 1; measured top_p 0.9: ratio 0.11-0.15 per 24-token sequence), scoring at other positions than "
               "the sampler (an absolute-position model such as GPT-2 scored with position_ids_from_mask: false or by "
-              "a plain GRPOTrainer: measured 0.081 against 0.045 nats/token), the loss at another temperature than the "
+              "a plain GRPOTrainer: measured 0.078 against 0.044 nats/token), the loss at another temperature than the "
               "sampler, or precision (vLLM serves bf16 while the trainer scores fp32: the floor of the difference)")
     fixes = ("Fix: sample at top_p 1.0 (top_k 0, min_p 0) under vLLM or use a token-level "
              "vllm_importance_sampling_mode; keep position_ids_from_mask on; match dtypes (bf16: true)")
