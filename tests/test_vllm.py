@@ -253,6 +253,35 @@ def test_after_the_guard_restores_the_start_vllm_holds_the_restored_weights(gpt2
     assert all(torch.equal(p, start[n]) for n, p in model.named_parameters())
 
 
+def test_trls_evaluation_between_steps_and_the_guard_on_its_reward_under_vllm(gpt2_dir, flat_data, tmp_path):
+    """TRL's own evaluation (an eval_dataset, eval_strategy steps) generates through vLLM between training steps; the
+    guard selects on its eval_reward. Every evaluation samples the weights of the step it evaluates."""
+    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, eval_strategy="steps", eval_steps=2,
+                     per_device_eval_batch_size=8)
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+                      eval_dataset=flat_data.select(range(8)), callbacks=[{"name": "heldout_guard"}])
+    recorder = SamplingRecorder(trainer)
+    trainer.train()
+    evaluations = [c for c in recorder.calls if not c["training"]]
+    assert sorted({c["step"] for c in evaluations}) == [2, 4]
+    assert all(c["weights_gap"] == 0.0 for c in recorder.calls)
+    assert len(_steps(trainer, "eval_reward")) == 2 and _steps(trainer, "heldout_guard/best_step")
+    assert weights_gap(trainer) == 0.0  # whichever step the guard kept, vLLM holds it
+
+
+def test_a_resumed_run_generates_from_the_checkpoints_weights(gpt2_dir, flat_data, tmp_path):
+    """The engine starts from the model's files; a run resumed from a checkpoint must sample the checkpoint's weights
+    from its first generation on (TRL syncs when the step differs from the last synced one)."""
+    args = vllm_args(tmp_path, max_steps=2, max_completion_length=8, save_strategy="steps", save_steps=2)
+    Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data).train()
+    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, save_strategy="no")
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data)
+    recorder = SamplingRecorder(trainer)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert [c["step"] for c in recorder.calls] == [2, 3]
+    assert all(c["weights_gap"] == 0.0 for c in recorder.calls)
+
+
 # ---- skip_nonfinite -----------------------------------------------------------------------------------------------
 
 def test_a_skipped_nan_step_leaves_vllm_with_the_trainers_weights(gpt2_dir, flat_data, tmp_path):
