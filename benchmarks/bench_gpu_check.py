@@ -32,8 +32,8 @@ each arm's CUDA peak is its own), a few optimizer steps each:
   ``+sft_anchor``, ``+heldout``), ``bare-positions``, and ``recipe+heldout`` with eager attention (``/eager``: SDPA's
   kernels out of the picture) and in float32 (``/fp32``: bf16 autocast out of it); on request (``--arms``), the recipe
   less one component each (``recipe-task_sampling``, ``recipe-prompt_selection``, ...), for effects of two together;
-- on request, generation with vLLM colocated (TRL's ``use_vllm``; vLLM installed): ``vanilla/vllm`` and
-  ``recipe/vllm`` (``--arms vanilla/vllm recipe/vllm``), TRL's ``sampling/*`` in their rows' logs.
+- on request, generation with vLLM colocated (TRL's ``use_vllm``; vLLM installed): ``vanilla/vllm``, ``recipe/vllm``
+  and ``recipe+heldout/vllm`` (``--arms vanilla/vllm recipe/vllm recipe+heldout/vllm``).
 
 Batches hold several prompts (the recipe's 32 completions per device are 4 prompts of 8), so prompts are left-padded;
 ``--force-width W`` left-pads every log-prob forward (policy, reference, old policy) to width ``W`` (or ``W`` plus a
@@ -75,7 +75,7 @@ LEAVE_ONE_OUT = ("recipe-task_sampling", "recipe-diagnostics", "recipe-doctor", 
                  "recipe-adaptive_beta")
 #: Generation with vLLM colocated (TRL's use_vllm), vanilla TRL and the recipe: on request (``--arms``), where vLLM is
 #: installed; rookgrpo's own vLLM tests run on CPU (make test-vllm), these on the GPU's vLLM build.
-VLLM_ARMS = ("vanilla/vllm", "recipe/vllm")
+VLLM_ARMS = ("vanilla/vllm", "recipe/vllm", "recipe+heldout/vllm")
 ARMS = ("probe",) + MAIN_ARMS + BISECT_ARMS + LEAVE_ONE_OUT + VLLM_ARMS
 #: The arms of the cuDNN check (the issue's table): the kernel probe, vanilla TRL, rookgrpo bare with and without its
 #: guards, the recipe, the recipe with LoRA.

@@ -30,7 +30,8 @@ from datasets import Dataset  # noqa: E402
 from conftest import tiny_grpo_args, write_flat_data  # noqa: E402
 from rookgrpo import ConfigError, RookGRPOTrainer  # noqa: E402
 from rookgrpo.callbacks import RookCallback  # noqa: E402
-from rookgrpo.vllm_compat import engine_model, sync_engine_weights  # noqa: E402
+from rookgrpo.trl_compat import sync_vllm_weights  # noqa: E402
+from rookgrpo.vllm_compat import engine_model  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 ASSETS = Path(__file__).parent / "assets"
@@ -223,7 +224,7 @@ def test_after_training_the_engine_samples_the_trainers_weights_not_the_starts(g
     args = vllm_args(tmp_path, max_steps=6, max_completion_length=8, learning_rate=5e-2)
     trainer = Trainer(model=str(gpt2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=flat_data)
     trainer.train()
-    sync_engine_weights(trainer)
+    sync_vllm_weights(trainer)
     ids = trainer.processing_class("P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: e2e4 E: 0.3 B: e2e4")["input_ids"]
     engine = engine_logprobs(trainer, ids)
     trained = model_logprobs(trainer.accelerator.unwrap_model(trainer.model), ids)
@@ -377,7 +378,7 @@ def test_a_lora_policy_syncs_its_merged_weights_into_vllm(qwen2_dir, tmp_path):
     trainer = Trainer(model=str(qwen2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=data,
                               peft_config=lora)
     trainer.train()
-    sync_engine_weights(trainer)  # TRL's own sync (merge, push, unmerge), as before the next generation
+    sync_vllm_weights(trainer)  # TRL's own sync (merge, push, unmerge), as before the next generation
     ids = trainer.processing_class("def f3(x):\n    return x * 3 + 3\n")["input_ids"]
     policy = trainer.accelerator.unwrap_model(trainer.model)
     engine = engine_logprobs(trainer, ids)
@@ -426,8 +427,9 @@ def test_the_doctor_names_a_sampler_off_the_trainer_and_not_a_clean_one(gpt2_dir
 # ---- the GPU check's vLLM stage, dry run ---------------------------------------------------------------------------
 
 def test_the_gpu_checks_vllm_stage_runs_the_chess_recipe_on_cpu(tmp_path, monkeypatch):
-    """benchmarks/bench_gpu_check.py's vLLM arms (vanilla TRL and recipes/rookworld.yaml as shipped, its per-task
-    top_p 0.9 and every callback, with vLLM colocated) at the tiny shape: what a GPU owner's run does, minus the GPU."""
+    """benchmarks/bench_gpu_check.py's vLLM arms at the tiny shape, vLLM colocated: vanilla TRL, and
+    recipes/rookworld.yaml as shipped (its per-task top_p 0.9 and every callback) with the chess pack's held-out
+    evaluation, the anchor and the guard: what a GPU owner's run does, minus the GPU."""
     from conftest import REPO, load_script
 
     # The engines this process ran set the rendezvous variables (TRL's colocate mode) and hold that port: each arm's
@@ -436,10 +438,44 @@ def test_the_gpu_checks_vllm_stage_runs_the_chess_recipe_on_cpu(tmp_path, monkey
         monkeypatch.delenv(name, raising=False)
 
     bench = load_script(REPO / "benchmarks" / "bench_gpu_check.py")
-    result = bench.main(["--tiny", "--arms", "vanilla/vllm", "recipe/vllm", "--steps", "2", "--work",
+    result = bench.main(["--tiny", "--arms", "vanilla/vllm", "recipe+heldout/vllm", "--steps", "2", "--work",
                          str(tmp_path / "w"), "--out", str(tmp_path / "result.json")])
     rows = {r["arm"]: r for r in result["rows"]}
-    assert set(rows) == {"vanilla/vllm", "recipe/vllm"}
+    assert set(rows) == {"vanilla/vllm", "recipe+heldout/vllm"}
     for arm, row in rows.items():
         assert row["error"] is None, (arm, row["error"])
         assert (row["steps"], row["finite_steps"], row["weights_finite"]) == (2, 2, True)
+
+
+# ---- two processes ------------------------------------------------------------------------------------------------
+
+def test_resampling_under_vllm_on_two_cpu_processes(gpt2_dir, tmp_path, monkeypatch):
+    """DDP on two CPU processes (gloo), each with its own colocated engine: resampling decides from the rewards TRL
+    gathers over both ranks and each rank generates its own replacement groups through its engine."""
+    import json
+
+    import yaml
+
+    from conftest import REPO, run_cli, venv_bin
+
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"):  # set by this process's engines
+        monkeypatch.delenv(name, raising=False)
+    data = write_flat_data(tmp_path / "flat.jsonl", 32)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": str(gpt2_dir), "dataset_name": str(data),
+        "reward_funcs": [str(ASSETS / "flat_reward.py") + ":mostly_flat"],
+        "callbacks": [{"name": "zero_std_resampling", "max_rounds": 2}],
+        "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 8, "max_steps": 3,
+        "logging_steps": 1, "beta": 0.0, "use_cpu": True, "use_vllm": True, "vllm_mode": "colocate",
+        "report_to": "none", "save_strategy": "steps", "save_steps": 3, "output_dir": str(tmp_path / "out")}))
+    proc = run_cli([venv_bin("accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                    "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "rookgrpo", str(recipe)],
+                   cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    info = json.loads((tmp_path / "out" / "run_info.json").read_text())
+    assert info["world_size"] == 2 and info["global_step"] == 3
+    history = json.loads((tmp_path / "out" / "checkpoint-3" / "trainer_state.json").read_text())["log_history"]
+    assert sum(h.get("resample/rounds", 0) for h in history) >= 1
+    assert all(math.isfinite(h["loss"]) for h in history if "loss" in h)
+    assert any("sampling/sampling_logp_difference/mean" in h for h in history)

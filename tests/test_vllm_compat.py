@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rookgrpo import vllm_compat
+from rookgrpo import trl_compat, vllm_compat
 
 
 def test_head_sizes_of_the_recipes_models():
@@ -51,7 +51,7 @@ def test_truncated_sampling_is_named_per_task_and_only_under_the_correction(capl
 
 def test_without_vllm_nothing_is_synced_or_wrapped():
     trainer = SimpleNamespace(use_vllm=False)
-    assert vllm_compat.sync_engine_weights(trainer) is False
+    assert trl_compat.sync_vllm_weights(trainer) is False
     assert vllm_compat.enable_cpu_weight_reload(trainer) is False
     assert vllm_compat.engine_model(trainer) is None
     vllm_compat.release_engine(trainer)  # nothing to release
@@ -62,7 +62,7 @@ def test_a_sync_goes_through_trls_own_and_records_the_step():
     calls = []
     trainer = SimpleNamespace(use_vllm=True, vllm_generation=SimpleNamespace(sync_weights=lambda: calls.append(1)),
                               state=SimpleNamespace(global_step=7), _last_loaded_step=5)
-    assert vllm_compat.sync_engine_weights(trainer) is True
+    assert trl_compat.sync_vllm_weights(trainer) is True
     assert calls == [1] and trainer._last_loaded_step == 7
 
 

@@ -14,6 +14,9 @@ Attributes (read or written through the helpers below, never directly by a callb
   which ``zero_std_resampling`` widens while it scores replacement rounds and rewrites to the optimised batch
   (:func:`widen_completion_table`, :func:`completion_table`, :func:`rewrite_completion_table`). Relies on: a dict of
   ``deque`` columns with a ``maxlen``, ``rewards`` and ``extra`` dicts of such columns.
+- ``trainer.vllm_generation`` (TRL's vLLM backend: ``sync_weights()``, ``llm``, ``mode``) and
+  ``trainer._last_loaded_step`` (the step whose weights TRL last pushed to vLLM): :func:`sync_vllm_weights`, and
+  :mod:`rookgrpo.vllm_compat` (vLLM's own internals) for the engine.
 - ``trl.trainer.grpo_trainer.use_adapter`` (``zero_std_resampling``'s reference log-probs of a PEFT model),
   ``trl.trainer.utils.RepeatSampler`` (the samplers), ``trl.trainer.utils.nanstd`` (advantages recomputed as TRL
   computes them) and ``trl.trainer.utils.add_fused_lm_head`` (per-task temperatures in the loss): imported where they
@@ -136,3 +139,21 @@ def rewrite_completion_table(trainer, tables: list[dict], order: list[tuple[int,
         logs["extra"][name].clear()
         if all(len(c) == len(t["prompt"]) for c, t in zip(columns, tables)):
             logs["extra"][name].extend(columns[k][i] for k, i in order)
+
+
+# ---- TRL's vLLM backend ------------------------------------------------------------------------------------------
+
+def sync_vllm_weights(trainer: Any) -> bool:
+    """Push the trainer's current weights to vLLM through TRL's own sync (colocate or server), now; returns whether
+    the trainer generates with vLLM.
+
+    TRL syncs before a generation whose ``global_step`` differs from the last synced one. A change of weights that
+    does not move the step (the guard's restore after the last step) would otherwise leave vLLM sampling the
+    discarded weights, for ``trainer.evaluate()`` and anything else that generates afterwards. Every process calls
+    it (the sync gathers sharded parameters collectively).
+    """
+    if not getattr(trainer, "use_vllm", False):
+        return False
+    trainer.vllm_generation.sync_weights()
+    trainer._last_loaded_step = trainer.state.global_step
+    return True

