@@ -42,13 +42,19 @@ def test_reference_completions_score_full_marks(generated_lines, engine_settings
         assert reward(prompts, completions) == pytest.approx([1.0] * len(rows)), reward.name
 
 
+def one_move(move: str) -> str:
+    """A well-formed P: answer naming one move (what the B:-reading rewards score, past the format gate)."""
+    return f" M: {move} E: 0.0 B: {move}"
+
+
 def every_legal_move_scored(reward, generated_lines, engine_settings, positions=8):
-    """For the first ``positions`` generated P: positions: (fen, engine analysis, {legal move: reward of B: move})."""
+    """For the first ``positions`` generated P: positions: (fen, engine analysis, {legal move: reward of a well-formed
+    one-move answer naming it, ``M: m E: 0.0 B: m``})."""
     pool = get_pool(engine_settings)
     for prompt, _ in policy_rows(generated_lines, positions):
         fen = parse_policy(prompt + " M:").fen
         moves = [m.uci() for m in chess.Board(fen).legal_moves]
-        yield fen, pool.analyse(fen), dict(zip(moves, reward([prompt] * len(moves), [f" B: {m}" for m in moves])))
+        yield fen, pool.analyse(fen), dict(zip(moves, reward([prompt] * len(moves), [one_move(m) for m in moves])))
 
 
 def test_best_move_outranks_every_other_move(generated_lines, engine_settings):
@@ -121,8 +127,8 @@ def test_rookworld_black_to_move_labels_rank_below_the_engine_best():
     prompts = [split_policy(l)[0] for l in lines]
     parsed = [parse_policy(l) for l in lines]
     analyses = get_pool(settings).analyse_many([p.fen for p in parsed])
-    label_scores = reward(prompts, [f" B: {p.best}" for p in parsed])
-    best_scores = reward(prompts, [f" B: {a.best}" for a in analyses])
+    label_scores = reward(prompts, [one_move(p.best) for p in parsed])
+    best_scores = reward(prompts, [one_move(a.best) for a in analyses])
     assert len(lines) > 200 and best_scores == [1.0] * len(lines)
     assert sum(l < b for l, b in zip(label_scores, best_scores)) >= 0.85 * len(lines)
 
@@ -145,7 +151,9 @@ def test_move_rank_follows_the_engine_order_and_pays_no_move_outside_the_top_fiv
 
 
 def test_candidates_count_the_list_length(generated_lines, engine_settings):
-    reward = ChessCandidates(engine_settings)
+    """The overlap's arithmetic, format gate off (each list here is ill-formed: over five moves, a repeat, one eval):
+    with the gate on, the default, each earns 0."""
+    reward = ChessCandidates(engine_settings, format_gate=False)
     prompt, reference = policy_rows(generated_lines, 1)[0]
     fen = parse_policy(prompt + " M:").fen
     legal = [m.uci() for m in chess.Board(fen).legal_moves]
@@ -157,16 +165,22 @@ def test_candidates_count_the_list_length(generated_lines, engine_settings):
     assert everything == pytest.approx(len(top) / len(legal))
     assert padded == pytest.approx(0.5)  # the top 5 named twice: ten items for five right
     assert half == pytest.approx(2 / len(top))
+    assert ChessCandidates(engine_settings)([prompt] * 2, [f" M: {' '.join(top + top)} E: 0 B: {top[0]}",
+                                                            f" M: {' '.join(top[:2])} E: 0 0 B: {top[0]}"]) == [
+        0.0, pytest.approx(2 / len(top))]
 
 
 def test_legality_pays_a_repeated_move_once():
     # A model that half knows the rules: five distinct moves, two illegal, must earn more legality than its one safe
     # move written five times (GRPO drifted to repeats while a repeat earned full legality).
-    reward = ChessLegality()
+    # With the format gate (the default) a repeated move is ill-formed and earns 0; without it, legality alone pays
+    # the repeat once.
     prompt = "P: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
-    distinct, repeated, safe = reward([prompt] * 3, [" M: g1f3 e2e4 d2d4 e2e5 a1a3 E: 0 0 0 0 0 B: g1f3",
-                                                     " M: g1f3 g1f3 g1f3 g1f3 g1f3 E: 0 0 0 0 0 B: g1f3",
-                                                     " M: g1f3 E: 0 B: g1f3"])
+    answers = [" M: g1f3 e2e4 d2d4 e2e5 a1a3 E: 0 0 0 0 0 B: g1f3", " M: g1f3 g1f3 g1f3 g1f3 g1f3 E: 0 0 0 0 0 B: g1f3",
+               " M: g1f3 E: 0 B: g1f3"]
+    distinct, repeated, safe = ChessLegality()([prompt] * 3, answers)
+    assert distinct == pytest.approx(4 / 6) and repeated == 0.0 and safe == 1.0
+    distinct, repeated, safe = ChessLegality(format_gate=False)([prompt] * 3, answers)
     assert distinct == pytest.approx(4 / 6) and repeated == pytest.approx(2 / 6) and safe == 1.0
     assert repeated < distinct
 
@@ -175,8 +189,8 @@ def test_constant_and_shifted_evals(generated_lines, engine_settings):
     reward = ChessEvals(engine_settings)
     rows = policy_rows(generated_lines, 20)
     prompts = [p for p, _ in rows]
-    constant = [f" M: {' '.join(parse_policy(c).moves)} E: {' '.join(['0.0'] * len(parse_policy(c).moves))} B: x"
-                for _, c in rows]
+    constant = [f" M: {' '.join(parse_policy(c).moves)} E: {' '.join(['0.0'] * len(parse_policy(c).moves))} "
+                f"B: {parse_policy(c).best}" for _, c in rows]
     scores = reward(prompts, constant)
     # 0 wherever the engine's evals of the listed moves differ (the reference's E: are the engine's, same depth);
     # where they are all equal (say every move mates) constant evals do separate them, and only the level counts.
@@ -186,7 +200,8 @@ def test_constant_and_shifted_evals(generated_lines, engine_settings):
     shifted = []
     for _, c in rows:
         line = parse_policy(c)
-        shifted.append(f" M: {' '.join(line.moves)} E: {' '.join(str(round(v + 1, 2)) for v in line.evals)} B: x")
+        shifted.append(f" M: {' '.join(line.moves)} E: {' '.join(str(round(v + 1, 2)) for v in line.evals)} "
+                       f"B: {line.best}")
     for s, (_, c) in zip(reward(prompts, shifted), rows):
         if len(parse_policy(c).moves) > 1 and max(abs(v) for v in parse_policy(c).evals) < 9:
             assert s == pytest.approx(0.5, abs=0.01)  # right differences, one pawn too high: half

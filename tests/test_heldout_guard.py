@@ -25,8 +25,8 @@ class HeldoutProbe(RookCallback):
 
     state_key = "heldout_probe"
 
-    def __init__(self, values: dict[int, float], every: int = 2):
-        self.values, self.every, self.weights = values, every, {}
+    def __init__(self, values: dict[int, float], every: int = 2, floor: dict[int, float] | None = None):
+        self.values, self.every, self.weights, self.floor = values, every, {}, floor or {}
 
     def _copy(self):
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
@@ -35,12 +35,15 @@ class HeldoutProbe(RookCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
             self.weights[0] = self._copy()
-            state.log_history.append({"step": 0, "heldout/probe": self.values[0]})
+            state.log_history.append({"step": 0, "heldout/probe": self.values[0],
+                                      **({"heldout/floor": self.floor[0]} if self.floor else {})})
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.every == 0:
             self.weights[state.global_step] = self._copy()
             self.trainer._metrics["train"]["heldout/probe"].append(self.values[state.global_step])
+            if self.floor:
+                self.trainer._metrics["train"]["heldout/floor"].append(self.floor[state.global_step])
 
 
 def _weights(trainer):
@@ -132,6 +135,50 @@ def test_a_resumed_run_keeps_the_best_from_before_the_resume(tiny_model_dir, smo
     assert _same(_weights(resumed), first.weights[2])
 
 
+@pytest.mark.parametrize("layout", ["default", "buffered-batches"])
+def test_a_floor_rules_out_the_steps_below_the_starts_value(tiny_model_dir, smoke_dataset, tmp_path, layout, caplog):
+    """The best score among the steps whose floor metric held the start's: step 2 scores best but lost the floor's
+    metric, so step 4 is handed back; the ruled-out step is logged where it was evaluated and counted at the end."""
+    probe = HeldoutProbe({0: 0.1, 2: 0.5, 4: 0.3, 6: 0.2}, floor={0: 0.9, 2: 0.85, 4: 0.9, 6: 0.95})
+    guard = HeldoutGuard(metric="heldout/probe", floor="heldout/floor")
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset",
+                              args=tiny_grpo_args(tmp_path, max_steps=6, **LAYOUTS[layout]),
+                              train_dataset=smoke_dataset, callbacks=[probe, guard])
+    with caplog.at_level(logging.WARNING, logger="rookgrpo.heldout_guard"):
+        trainer.train()
+    assert _same(_weights(trainer), probe.weights[4]) and not _same(probe.weights[4], probe.weights[2])
+    end = trainer.state.log_history[-1]
+    assert end["heldout_guard/best_step"] == 4 and end["heldout_guard/steps_below_floor"] == 1
+    below = {h["step"]: h["heldout_guard/below_floor"] for h in trainer.state.log_history if "heldout_guard/below_floor" in h}
+    assert below == {2: 1, 4: 0, 6: 0}
+    assert "held to the floor (heldout/floor 0.9000), which ruled out 1: steps [2]" in caplog.text
+    # Without the floor the same run hands back step 2.
+    plain = HeldoutProbe(dict(probe.values), floor=dict(probe.floor))
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset",
+                              args=tiny_grpo_args(tmp_path / "plain", max_steps=6, **LAYOUTS[layout]),
+                              train_dataset=smoke_dataset, callbacks=[plain, HeldoutGuard(metric="heldout/probe")])
+    trainer.train()
+    assert trainer.state.log_history[-1]["heldout_guard/best_step"] == 2
+
+
+def test_a_resumed_run_keeps_the_floor_of_its_start(tiny_model_dir, smoke_dataset, tmp_path):
+    """The floor's reference is the start's value, saved with the guard's state: a run resumed at step 4 still rules
+    out step 6 (below the start's 0.9), and keeps step 4 (step 2 was ruled out before the resume)."""
+    values, floor = {0: 0.1, 2: 0.5, 4: 0.3, 6: 0.4}, {0: 0.9, 2: 0.85, 4: 0.9, 6: 0.88}
+    args = dict(max_steps=6, save_strategy="steps", save_steps=4)
+    first = HeldoutProbe(values, floor=floor)
+    RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=tiny_grpo_args(tmp_path, **args),
+                    train_dataset=smoke_dataset,
+                    callbacks=[first, HeldoutGuard(metric="heldout/probe", floor="heldout/floor")]).train()
+    second = HeldoutProbe(values, floor=floor)
+    resumed = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset",
+                              args=tiny_grpo_args(tmp_path, **args), train_dataset=smoke_dataset,
+                              callbacks=[second, HeldoutGuard(metric="heldout/probe", floor="heldout/floor")])
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert _same(_weights(resumed), first.weights[4])
+    assert resumed.state.log_history[-1]["heldout_guard/steps_below_floor"] == 2
+
+
 def test_bad_settings_fail_before_training(tiny_model_dir, smoke_dataset, tmp_path):
     with pytest.raises(ConfigError, match="needs evaluations, but eval_strategy is 'no'"):
         RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=tiny_grpo_args(tmp_path),
@@ -140,6 +187,13 @@ def test_bad_settings_fail_before_training(tiny_model_dir, smoke_dataset, tmp_pa
         HeldoutGuard(metric="reward")
     with pytest.raises(ConfigError, match="mode: expected 'max' or 'min'"):
         HeldoutGuard(metric="heldout/x", mode="best")
+    with pytest.raises(ConfigError, match="floor: 'format_rate' is not a held-out metric.*floor: heldout/format_rate"):
+        HeldoutGuard(metric="heldout/x", floor="format_rate")
+    with pytest.raises(ConfigError, match="floor: expected a held-out metric's name or a list"):
+        HeldoutGuard(metric="heldout/x", floor={"heldout/y": 1})
+    with pytest.raises(ConfigError, match="needs evaluations, but eval_strategy is 'no'"):
+        RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset", args=tiny_grpo_args(tmp_path),
+                        train_dataset=smoke_dataset, callbacks=[HeldoutGuard(metric="heldout/x", floor="eval_y")])
 
 
 # ---- TRL's own evaluation: eval_reward and eval_rewards/NAME/mean, live and at step 0 -------------------------------

@@ -26,8 +26,9 @@ once a later step beats it: one copy per rank, of that rank's share, from then o
 With vLLM generation (``use_vllm``) the restore also pushes the restored weights into vLLM through TRL's own weight
 sync (:func:`rookgrpo.trl_compat.sync_vllm_weights`), so what generates afterwards samples them.
 
-Logged: ``heldout_guard/score`` at each evaluated step, and at the end ``heldout_guard/best_step`` and
-``heldout_guard/restored`` (1 when the final weights are the best step's instead of the last step's).
+Logged: ``heldout_guard/score`` at each evaluated step (with a ``floor``, ``heldout_guard/below_floor``: 1 when the
+floor ruled the step out), and at the end ``heldout_guard/best_step``, ``heldout_guard/restored`` (1 when the final
+weights are the best step's instead of the last step's) and, with a floor, ``heldout_guard/steps_below_floor``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ class HeldoutGuard(RookCallback):
         mode: ``"max"`` (higher is better, the default) or ``"min"`` (e.g. ``eval_loss``).
         min_delta: a later step must beat the best by more than this to replace it, so evaluation noise alone does not
             move the choice.
+        floor: a held-out metric (or a list of them) a step must hold to be chosen: only evaluations whose value is not
+            below the first evaluation's (the start's) are eligible, and the start always is. The score still ranks
+            the eligible steps. ``recipes/rookworld-tiny.yaml`` floors ``heldout/format_rate``: on the format-gate
+            grid's runs it handed back the start on the seed where every later evaluation lost format
+            (docs/experiments/2026-12-01-format-gate-grid-plan.md).
 
     Example::
 
@@ -74,10 +80,11 @@ class HeldoutGuard(RookCallback):
 
     state_key = "heldout_guard"
 
-    def __init__(self, metric: str | Mapping[str, float] | None = None, mode: str = "max", min_delta: float = 0.0):
+    def __init__(self, metric: str | Mapping[str, float] | None = None, mode: str = "max", min_delta: float = 0.0,
+                 floor: str | list[str] | None = None):
         # Without a metric, bind() asks the run's held-out evaluation what to select on (default_metric).
         self.score = HeldoutScore(parse_metric(metric) if metric is not None else {}, mode=mode,
-                                  min_delta=float(min_delta))
+                                  min_delta=float(min_delta), floor=floor)
         self.start = None  # the trainable weights before the first step
         self.best_weights = None  # the trainable weights of score.best_step
         self.last_evaluated: int | None = None
@@ -91,7 +98,7 @@ class HeldoutGuard(RookCallback):
                               "each rank's shards there.")
         if not self.score.metric:
             self.score.metric = default_metric(trainer)
-        names = list(self.score.metric)
+        names = list(self.score.metric) + list(self.score.floor)
         if any(n.startswith("eval_") for n in names) and str(trainer.args.eval_strategy) in ("no", "IntervalStrategy.NO"):
             raise ConfigError(f"heldout_guard: metric {names} needs evaluations, but eval_strategy is 'no'. Set "
                               "eval_strategy (and an eval_dataset), or select on a held-out evaluation's heldout/* "
@@ -151,18 +158,21 @@ class HeldoutGuard(RookCallback):
         evaluation's ``eval_reward``, ``eval_rewards/NAME/mean``; transformers' ``eval_loss``), at step 0 too when
         TRL evaluates on start."""
         self._observe_start(trainer.state)
-        value = self.score.score_of({**logs, **pending_log_entry(trainer)})  # TRL's own eval_* merge in its log()
+        entry = {**logs, **pending_log_entry(trainer)}  # TRL's own eval_* merge in its log()
+        value = self.score.score_of(entry)
         step = trainer.state.global_step
         if value is None or step in self.score.scores:
             return
         self.score.scores[step] = value
         self.last_evaluated = step
-        if self.score.better(value):
+        if self.score.eligible(step, entry) and self.score.better(value):
             self.score.take(step, value)
             self.best_weights = self.start if step == 0 and self.start is not None else self._copy()
             if step:
                 self.start = None  # beaten: one copy per rank from here on
         logs["heldout_guard/score"] = value
+        if self.score.floor:
+            logs["heldout_guard/below_floor"] = int(step in self.score.below_floor)
 
     def _observe_start(self, state) -> None:
         """Score the starting weights from the held-out evaluation before the first step (logged at step 0); with none
@@ -197,14 +207,24 @@ class HeldoutGuard(RookCallback):
             last = self.score.scores.get(self.last_evaluated)
             say(
                 "the final weights are step %d's, not step %d's: held-out score %.4f there (%s), the best "
-                "of %d evaluations; the last evaluation (step %s) scored %s.", best, step, self.score.best,
+                "of %d evaluations%s; the last evaluation (step %s) scored %s.", best, step, self.score.best,
                 " + ".join(f"{w:g} x {n}" for n, w in self.score.metric.items()), len(self.score.scores),
-                self.last_evaluated, "n/a" if last is None else f"{last:.4f}")
+                self._floor_text(), self.last_evaluated, "n/a" if last is None else f"{last:.4f}")
         else:
             logger.info("the last step (%d) is the best held-out evaluation (score %.4f); kept.", step,
                         self.score.best)
         state.log_history.append({"step": step, "heldout_guard/best_step": best,  # every rank's, as transformers'
-                                  "heldout_guard/best_score": self.score.best, "heldout_guard/restored": int(restored)})
+                                  "heldout_guard/best_score": self.score.best, "heldout_guard/restored": int(restored),
+                                  **({"heldout_guard/steps_below_floor": len(self.score.below_floor)}
+                                     if self.score.floor else {})})
+
+    def _floor_text(self) -> str:
+        """What the floor ruled out, for the end-of-run line ("" without a floor)."""
+        if not self.score.floor:
+            return ""
+        start = ", ".join(f"{n} {v:.4f}" for n, v in (self.score.floor_start or {}).items())
+        return (f" held to the floor ({start or ', '.join(self.score.floor)}), which ruled out "
+                f"{len(self.score.below_floor)}: steps {self.score.below_floor or 'none'}")
 
     # ---- checkpoints ----------------------------------------------------------------------------------------------
 

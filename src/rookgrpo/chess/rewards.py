@@ -120,23 +120,38 @@ class ChessReward:
 
     ``setup(args)`` is called by :class:`~rookgrpo.RookGRPOTrainer` before training: it returns a copy configured from
     the trainer config (``stockfish_*`` fields) and fails early, with the fix, when Stockfish is missing.
+
+    ``format_gate`` (the ``P:`` components but ``chess_format``; on by default): a ``P:`` answer whose M:, E: or B:
+    field is not well-formed (:func:`~rookgrpo.chess.formats.scored_errors`: an E: list longer or shorter than M:, an
+    eval that is not a number, a repeated or sixth M: move, a missing B:) earns the component's floor, 0, whatever its
+    moves are worth, so such an answer keeps only ``chess_format``'s partial credit and earns less than the engine's
+    second-best move written well (docs/rewards.md). ``format_gate: false`` scores what each component can read of
+    the line, for ablations: there an answer with one eval too many kept 98% of the reference's weighted reward, and
+    GRPO added such answers (docs/experiments/2026-12-01-format-gate-grid-plan.md). In a recipe:
+    ``- {name: chess_move_rank, format_gate: false}``.
+
     """
 
     name = "chess_reward"
     needs_engine = True
 
-    def __init__(self, engine: EngineSettings | None = None):
+    def __init__(self, engine: EngineSettings | None = None, format_gate: bool = True):
         self.engine = engine or EngineSettings()
+        self.format_gate = bool(format_gate)
         self.__name__ = self.name  # TRL logs rewards/<__name__>/mean
 
     def setup(self, args: Any) -> ChessReward:
         settings = self.engine.with_args(args)
         if self.needs_engine:
             find_stockfish(settings.path)
-        return type(self)(settings)
+        return type(self)(settings, format_gate=self.format_gate)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.engine})"
+        return f"{type(self).__name__}({self.engine}{'' if self.format_gate else ', format_gate=False'})"
+
+    def _open(self, row: _PolicyRow) -> bool:
+        """Whether a ``P:`` row is scored: with ``format_gate`` (the default) only a well-formed answer, else always."""
+        return not self.format_gate or not scored_errors(row.line)
 
     def __call__(self, prompts, completions, **kwargs) -> list[float | None]:
         raise NotImplementedError
@@ -145,7 +160,8 @@ class ChessReward:
         """Per completion: ``None`` for the other task's rows, 0 for a missing, illegal or malformed B:, else the
         value ``score(pool, rows)`` gives each row whose B: is legal (one call for the whole batch)."""
         rows = _policy_rows(prompts, completions)
-        scored = [r for r in rows if r is not None and r.board is not None and is_legal(r.board, r.line.best)]
+        scored = [r for r in rows if r is not None and r.board is not None and self._open(r)
+                  and is_legal(r.board, r.line.best)]
         pool = get_pool(self.engine) if scored else None
         values = dict(zip(map(id, scored), score(pool, scored))) if scored else {}
         self._log(kwargs, pool)
@@ -193,12 +209,15 @@ class ChessLegality(ChessReward):
     illegal, earns 0.67, and a model that half knows the rules is paid to repeat its one safe move. Under that rule
     GRPO drove the own-list models' greedy M: lists back to repeats; paying a repeat once, much less (README.md).
 
-    Example (the third answer repeats a legal move: 1 legal M: move of 3 listed, and a legal B:):
+    Example (the third answer repeats a legal move, which the format gate charges in full; with the gate off it
+    earns 1 legal M: move of 3 listed, and a legal B:; the fourth has one eval too many):
         >>> r = ChessLegality()
         >>> p = "P: 8/8/8/8/8/8/8/K6k w - - 0 1"
-        >>> repeated = " M: a1a2 a1a2 a1a2 E: 0 0 0 B: a1a2"
-        >>> r([p] * 3, [" M: a1a2 a1b1 E: 0 0 B: a1a2", " M: a1a3 E: 0 B: a1a2", repeated])
-        [1.0, 0.5, 0.5]
+        >>> repeated, long_e = " M: a1a2 a1a2 a1a2 E: 0 0 0 B: a1a2", " M: a1a2 E: 0 0 B: a1a2"
+        >>> r([p] * 4, [" M: a1a2 a1b1 E: 0 0 B: a1a2", " M: a1a3 E: 0 B: a1a2", repeated, long_e])
+        [1.0, 0.5, 0.0, 0.0]
+        >>> ChessLegality(format_gate=False)([p] * 2, [repeated, long_e])
+        [0.5, 1.0]
     """
 
     name = "chess_legality"
@@ -209,6 +228,9 @@ class ChessLegality(ChessReward):
         for row in _policy_rows(prompts, completions):
             if row is None:
                 out.append(None)
+                continue
+            if not self._open(row):
+                out.append(0.0)
                 continue
             moves, best = row.line.moves, [row.line.best] if row.line.best else []
             n = len(moves) + len(best)
@@ -304,7 +326,10 @@ class ChessCandidates(ChessReward):
     Example:
         >>> r = ChessCandidates(EngineSettings(depth=6, workers=1))
         >>> p = "P: 7k/8/8/8/8/8/P7/K7 w - - 0 1"  # four legal moves: all of them are the target
-        >>> r([p] * 2, [" M: a2a3 a2a4 a1b1 E: 0 0 0 B: a2a4", " M: a2a3 a2a3 h8h7 E: 0 0 0 B: a2a3"])
+        >>> answers = [" M: a2a3 a2a4 a1b1 E: 0 0 0 B: a2a4", " M: a2a3 a2a3 h8h7 E: 0 0 0 B: a2a3"]
+        >>> r([p] * 2, answers)  # the second repeats a move: ill-formed, charged in full by the format gate
+        [0.75, 0.0]
+        >>> ChessCandidates(EngineSettings(depth=6, workers=1), format_gate=False)([p] * 2, answers)
         [0.75, 0.25]
     """
 
@@ -312,7 +337,7 @@ class ChessCandidates(ChessReward):
 
     def __call__(self, prompts, completions, **kwargs):
         rows = _policy_rows(prompts, completions)
-        live = [r for r in rows if r is not None and r.board is not None]
+        live = [r for r in rows if r is not None and r.board is not None and self._open(r)]
         pool = get_pool(self.engine) if live else None
         values = {}
         if live:
@@ -390,7 +415,7 @@ class ChessEvals(ChessReward):
         rows = _policy_rows(prompts, completions)
         pairs, owners = [], []
         for r in rows:
-            if r is None or r.board is None:
+            if r is None or r.board is None or not self._open(r):
                 continue
             seen: set[str] = set()
             for move, value in list(zip(r.line.moves, r.line.evals))[:MAX_MOVES]:  # a longer list: the rest is missed
@@ -657,3 +682,6 @@ chess_env_board = register_reward("chess_env_board")(ChessEnvBoard())
 POLICY_REWARDS = (
     "chess_format", "chess_legality", "chess_move_rank", "chess_best_move", "chess_candidates", "chess_evals",
 )
+#: The P: components ``format_gate`` applies to (on by default): every one but the format's own.
+GATED_REWARDS = POLICY_REWARDS[1:]
+
