@@ -398,3 +398,29 @@ def test_hostile_text_never_raises_and_stays_in_range(generated_lines, engine_se
             scores = reward([prompt] * len(hostile), hostile)
             assert len(scores) == len(hostile)
             assert all(s is None or (0.0 <= s <= 1.0) for s in scores), (reward.name, prompt[:30], scores)
+
+
+def test_the_format_gate_is_on_by_default_and_a_recipe_entry_turns_it_off(engine_settings):
+    """Every P: component but chess_format charges an ill-formed answer in full unless the recipe opts out; the
+    setting survives the trainer's setup(); chess_format itself reads the form and has no gate to turn."""
+    from types import SimpleNamespace
+
+    from rookgrpo.chess.rewards import GATED_REWARDS
+    from rookgrpo.errors import ConfigError
+    from rookgrpo.rewards.registry import resolve_reward_func
+
+    fen = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
+    prompt, top = f"P: {fen}", get_pool(engine_settings).analyse(fen)
+    moves, evals = " ".join(top.moves[:2]), " ".join(f"{cp / 100:.2f}" for cp in top.scores[:2])
+    well, long_e = f" M: {moves} E: {evals} B: {top.best}", f" M: {moves} E: {evals} 0.0 B: {top.best}"
+    args = SimpleNamespace(stockfish_depth=engine_settings.depth, stockfish_workers=1)
+    for name in GATED_REWARDS:
+        gated = resolve_reward_func(name).setup(args)
+        ungated = resolve_reward_func({"name": name, "format_gate": False}).setup(args)
+        assert gated.format_gate and not ungated.format_gate, name
+        assert "format_gate=False" in repr(ungated) and "format_gate" not in repr(gated)
+        ill, good = gated([prompt] * 2, [long_e, well])
+        assert ill == 0.0 < good, name
+        assert ungated([prompt], [long_e])[0] > 0.0, name  # what the gate takes away: the moves' worth
+    with pytest.raises(ConfigError, match="format_gat"):
+        resolve_reward_func({"name": "chess_move_rank", "format_gat": False})
