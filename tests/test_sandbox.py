@@ -276,11 +276,11 @@ def test_the_program_runs_under_its_rlimits_and_in_its_cgroup_without_code_betwe
 
 
 def test_where_the_thread_cannot_find_its_own_cgroup_the_child_joins_the_run_itself(monkeypatch):
-    import rookgrpo.code.sandbox as sandbox
+    import rookgrpo.code.sandbox.program as program  # where Sandbox asks
 
     if not FULL:
         pytest.skip("needs root and bubblewrap")
-    monkeypatch.setattr(sandbox, "_own_cgroups_known", lambda: False)
+    monkeypatch.setattr(program, "_own_cgroups_known", lambda: False)
     uid = next_sandbox_uid()
     assert _probe_rlimits(uid) == _expected_rlimits(uid)
     box = Sandbox(LIMITS, uid)
