@@ -16,6 +16,7 @@ import yaml
 from conftest import REPO, SHARED_DATA, run_cli, venv_bin
 from rookgrpo.chess.data import load_rookworld
 from rookgrpo.chess.audit import audit, recipe_rewards
+from rookgrpo.chess.rewards import GATED_REWARDS
 
 RECIPES = ["rookworld-tiny.yaml", "rookworld.yaml", "chess-smoke.yaml"]
 LIMITS = {"random legal": 0.50, "engine 5th": 0.60, "constant pawn move": 0.40, "constant knight move": 0.40}
@@ -80,22 +81,30 @@ def test_constant_evals_earn_nothing_where_evals_are_judged():
     # A repeated move is judged once: five copies of the best move with its eval earned full separation before.
     assert table.rows["best move repeated"]["chess_evals"] < 0.05
     assert table.rows["legal move repeated"]["chess_evals"] < 0.05
-    # ... and paid legality once: one legal move of five listed, plus a legal B:.
-    assert table.rows["legal move repeated"]["chess_legality"] == pytest.approx(2 / 6)
+    # ... and, ill-formed, earns no legality: the format gate charges it in full (without the gate legality pays the
+    # repeat once, 2/6: tests/test_chess_rewards.py).
+    assert table.rows["legal move repeated"]["chess_legality"] == 0.0
 
 
-def test_an_eval_list_one_longer_than_the_moves_is_charged_by_chess_format_alone():
-    """The known hole GRPO broke greedy format through in the shipped recipe's make train runs (docs/rewards.md):
-    only chess_format reads the E: count, so the answer keeps every other component's full credit. Pinned as it is
-    until a grid measures a reward that charges it; a fix changes this test."""
+def test_an_eval_list_one_longer_than_the_moves_is_charged_by_every_component():
+    """The hole GRPO broke greedy format through in the make train runs before the format gate (docs/rewards.md):
+    only chess_format read the E: count, so the answer kept every other component's full credit (98% of the engine
+    answer's weighted reward). With the gate, the default, every other P: component pays it nothing; with
+    ``format_gate: false`` the hole is back, measured here too."""
     funcs, weights, settings = recipe_rewards({**yaml.safe_load((REPO / "recipes" / "rookworld-tiny.yaml").read_text()),
                                                "stockfish_depth": 6, "stockfish_workers": 2})
     table = audit(funcs, weights, load_rookworld("rookgrpo/tiny-rookworld-eval")["text"], settings, n=40)[0]
     extra, best = table.rows["one eval too many"], table.rows["engine best"]
     assert extra["chess_format"] == pytest.approx(2 / 3) and best["chess_format"] == 1.0
     for name in ("chess_legality", "chess_move_rank", "chess_candidates", "chess_evals"):
-        assert extra[name] == pytest.approx(best[name]), name
-    assert table.share("one eval too many") == pytest.approx(1 - 0.25 / 3 / best["total"])
+        assert extra[name] == 0.0 < best[name], name
+    assert table.share("one eval too many") == pytest.approx(0.25 * 2 / 3 / best["total"])
+    recipe = yaml.safe_load((REPO / "recipes" / "rookworld-tiny.yaml").read_text())
+    ungated = [{"name": f, "format_gate": False} if f in GATED_REWARDS else f for f in recipe["reward_funcs"]]
+    funcs, weights, settings = recipe_rewards({**recipe, "reward_funcs": ungated, "stockfish_depth": 6,
+                                               "stockfish_workers": 2})
+    table = audit(funcs, weights, load_rookworld("rookgrpo/tiny-rookworld-eval")["text"], settings, n=40)[0]
+    assert table.share("one eval too many") == pytest.approx(1 - 0.25 / 3 / table.rows["engine best"]["total"])
 
 
 # Ill-formed in every position ("all legal moves" is well-formed where a position has five legal moves or fewer).
@@ -104,20 +113,20 @@ ILL_FORMED = ("one eval too many", "one eval too few", "an eval not a number", "
 
 
 @pytest.mark.parametrize("data", list(data_sets()))
-def test_the_shipped_rewards_charge_every_ill_formed_answer_through_chess_format(data):
-    """What the shipped recipe pays an ill-formed answer, on both panels: ``chess_format`` charges each (below its 1),
-    so each earns less than the engine's best answer well-formed; the other P: components read what they can of the
-    line. (Zeroing them for any ill-formed answer, ``format_gate``, lost the format-gate grid and was removed:
-    docs/experiments/2026-12-01-format-gate-grid-plan.md.)"""
-    recipe = yaml.safe_load((REPO / "recipes" / "rookworld-tiny.yaml").read_text())
-    recipe.update(stockfish_depth=6, stockfish_workers=2)
-    funcs, weights, settings = recipe_rewards(recipe)
+def test_every_ill_formed_answer_earns_less_than_the_engines_second_best(recipe, data):
+    """The training-signal rule, on every shipped chess recipe and both panels: every ill-formed answer (one eval too
+    many or too few, an eval not a number, a sixth move, a repeated move) keeps only ``chess_format``'s partial credit
+    (the format gate, on by default), below the engine's 2nd-best move well-formed, whatever its moves are worth."""
+    name, (funcs, weights, settings) = recipe
     table = audit(funcs, weights, load_rookworld(data)["text"], settings, n=60, seed=1)[0]
+    format_weight = weights[[f.name for f in funcs].index("chess_format")]
     for answer in ILL_FORMED:
         row = table.rows[answer]
-        assert row["chess_format"] < 1.0, (data, answer)
-        assert table.share(answer) < table.share("engine best") == 1.0, (data, answer)
-    assert table.share("engine 2nd") < table.share("engine best")
+        assert all(row[c] == 0.0 for c in GATED_REWARDS if c in row), (name, data, answer)
+        assert table.share(answer) < table.share("engine 2nd"), (name, data, answer)
+        assert table.share(answer) <= format_weight * row["chess_format"] / table.rows["engine best"]["total"] + 1e-9
+        assert row["chess_format"] < 1.0, (name, data, answer)
+    assert table.share("engine 2nd") < table.share("engine best") == 1.0
     assert table.share("constant evals") < 1.0 and table.rows["constant evals"]["chess_move_rank"] > 0  # well-formed
 
 
