@@ -29,9 +29,11 @@ import json
 import statistics
 import sys
 import tempfile
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))  # the grids' recipes (arm_recipe)
 from bench_step_time import ratio_interval  # benchmarks/bench_step_time.py
-from bench_tiny_grpo import arm_recipe  # benchmarks/bench_tiny_grpo.py
+from grpo_grid import arm_recipe  # experiments/grpo_grid.py
 from common import finish  # benchmarks/common.py
 
 PHASES = ("timing/generation", "timing/rewards", "timing/reference", "timing/loss")

@@ -22,8 +22,8 @@ if str(HERE) not in sys.path:
 
 from common import provenance  # noqa: E402
 
-BEST_MOVE_FINALISTS = ["lr1e-5-cosine+anchor-0.1", "lr2e-6-cosine+anchor-0.1", "lr1e-5-cosine+anchor-0.1+p-temp-1.0"]
 # (result name, script, arguments), in report order. Each script exposes main(argv) -> {"title", "table", ...}.
+# Measurements only: the GRPO grids that chose the recipes live in experiments/ (experiments/README.md).
 BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("chess_rewards_model_like", "bench_chess_rewards", ["--mix", "model-like"]),
     ("chess_rewards_random", "bench_chess_rewards", ["--mix", "random"]),
@@ -42,26 +42,6 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("precision", "bench_precision", []),
     ("position_gap", "bench_position_gap", []),
     ("resampling_cost", "bench_resampling", []),
-    # The grid of docs/experiments/2026-11-27-grpo-grid-plan.md: vanilla TRL, the recipe before it, each lever, the
-    # supervised control and the best combination, 5 seeds each at make train's budget. The saved result also holds
-    # the two retired levers' runs (reference-credit, negative-A-0.25: their commands run at commit f5efa08).
-    ("grpo_grid", "bench_tiny_grpo",
-     ["--steps", "200", "--seeds", "1", "2", "3", "4", "5", "--train_panel", "--arms", "vanilla", "rookgrpo",
-      "lr5e-5-cosine", "lr1e-5-cosine", "lr2e-6-cosine", "scale-none", "dr-grpo", "entropy-0.2", "anchor-0.1",
-      "anchor-0.3", "sft-only", "lr1e-5-cosine+anchor-0.1"]),
-    # The best-move grid of docs/experiments/2026-11-27-best-move-grid-plan.md: 8 changes to the recipe as shipped
-    # before it (the control among them), 5 seeds each at make train's budget; its pick ships (about 5.5 hours).
-    ("best_move_grid", "bench_best_move_grid", []),
-    # Its extension (the plan's "Extension"): seeds 42-46 for the three arms that could ship, then those arms' 10 seeds
-    # tabled as one, which decides what the recipe ships.
-    ("best_move_grid_more_seeds", "bench_best_move_grid",
-     ["--arms", *BEST_MOVE_FINALISTS, "--seeds", "42", "43", "44", "45", "46"]),
-    ("best_move_grid_10_seeds", "bench_best_move_grid",
-     ["--from_result", str(RESULTS / "best_move_grid.json"), str(RESULTS / "best_move_grid_more_seeds.json"),
-      "--arms", *BEST_MOVE_FINALISTS]),
-    # The earlier, 100-step comparison: vanilla TRL as it scores, with the one correction rookgrpo turns on by
-    # default, the recipe of the time without its per-task sampling, and that recipe (all four arms).
-    ("tiny_grpo_quality", "bench_tiny_grpo", []),
     ("judge", "bench_judge", ["--seeds", "5"]),
     ("selection", "bench_selection", ["--seeds", "3"]),
     ("selection_env_exact", "bench_selection", ["--regime", "env_exact", "--seeds", "3"]),
@@ -94,9 +74,6 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("gpu_check_cpu", "bench_gpu_check",
      ["--arms", "vanilla", "recipe", "recipe+heldout", "recipe+heldout/eager", "bare", "+task_sampling", "+doctor",
       "+sft_anchor", "--steps", "2", "--bisect-steps", "2", "--batch", "8"]),
-    # Why the anchor on P: lines lowers greedy format, and a B:-only loss that does not (3 seeds: a probe for the next
-    # mechanism, docs/experiments/2026-11-27-best-move-grid-plan.md; no arm of it ships).
-    ("anchor_format", "bench_anchor_format", ["--seeds", "1", "2", "3"]),
     ("doctor", "bench_doctor", []),
     # Real public training logs with verdicts read by hand (../shared/doctor-validation), rldoctor beside.
     ("doctor_validation", "bench_doctor_validation", []),
@@ -107,8 +84,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
 # an appendix, so that each benchmark reads as one current table.
 APPENDIX = {"selection_env_exact_passrate", "selection_more_seeds", "selection_long", "selection_long_resampling",
             "selection_long_more_seeds", "selection_target", "selection_target_more_seeds",
-            "selection_env_exact_target", "best_move_grid_more_seeds", "code_exec_change", "code_exec_fail_closed",
-            "doctor_cost_recipe", "tiny_grpo_quality"}
+            "selection_env_exact_target", "code_exec_change", "code_exec_fail_closed", "doctor_cost_recipe"}
 
 
 def _load(name: str):
@@ -164,7 +140,7 @@ def missing_from(commit: str, change: str | None, repo: Path = HERE.parent) -> s
 # Scripts that train with GRPO: a result of theirs measured before position_ids_from_mask scored GPT-2 completions at
 # shifted positions (docs/dynamics.md), which changes what those runs learned.
 TRAINS_GRPO = {"bench_judge", "bench_precision", "bench_resampling", "bench_selection", "bench_shapes",
-               "bench_step_time", "bench_tiny_grpo"}
+               "bench_step_time"}
 POSITIONS_MODULE = "src/rookgrpo/positions.py"  # where it was added (it is rookgrpo/dynamics/positions.py now)
 
 

@@ -18,8 +18,8 @@ such term. Each run: ``--steps`` AdamW steps of ``--batch`` lines drawn with the
 cosine decay after 5 warm-up steps (the grid's anchor: 16 lines per loss, 1e-5 cosine, 200 steps), then a greedy
 evaluation of the reported panel's P: rows (``rookgrpo/tiny-rookworld-eval``, Stockfish depth 8). Seeds 1-5.
 
-    python benchmarks/bench_anchor_format.py --out benchmarks/results/anchor_format.json
-    python benchmarks/bench_anchor_format.py --from_result benchmarks/results/anchor_format.json    (re-table)
+    python experiments/anchor_format.py --out experiments/results/anchor_format.json
+    python experiments/anchor_format.py --from_result experiments/results/anchor_format.json    (re-table)
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 import tempfile
 from collections import Counter
 
-from bench_tiny_grpo import mean_se, t_stat  # benchmarks/bench_tiny_grpo.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # for benchmarks/common.py
+from grpo_grid import mean_se, t_stat  # experiments/grpo_grid.py
 from common import STARTED_AT, finish  # benchmarks/common.py
 
 ARMS = {"A": (["A"], False), "PA": (["P", "A"], False), "PA-B": (["P", "A"], True)}  # (tasks, P: lines on B: only)
@@ -195,7 +197,7 @@ def main(argv=None) -> dict:
             bar.update()
     bar.close()
     result.update(title=TITLE, description=DESCRIPTION, table=table(result),
-                  command="python benchmarks/bench_anchor_format.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+                  command="python experiments/anchor_format.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     return finish(result, args.out)
 
 

@@ -2,21 +2,21 @@
 
 The plan (arms, metrics, seeds, decision rule) was written before the runs: docs/experiments/2026-11-27-best-move-grid-plan.md.
 Every arm is ``recipes/rookworld-tiny.yaml`` as shipped when the grid ran (the control, :data:`CONTROL`) or that
-recipe with one change, trained by :func:`bench_tiny_grpo.run` (the same reward objects, Stockfish settings and
+recipe with one change, trained by :func:`grpo_grid.run` (the same reward objects, Stockfish settings and
 completions budget as the last grid: 200 steps of 32 completions, resampling rounds counted), without the held-out
 evaluation and guard (an arm is judged by its last step's weights), then evaluated greedily on the 256 reported
 held-out positions (``rookgrpo/tiny-rookworld-eval``, Stockfish depth 8). Seeds 1-5, arms interleaved per seed.
 
-    python benchmarks/bench_best_move_grid.py --out benchmarks/results/best_move_grid.json     (run or resume)
-    python benchmarks/bench_best_move_grid.py --from_result benchmarks/results/best_move_grid.json    (re-table)
+    python experiments/best_move_grid.py --out experiments/results/best_move_grid.json     (run or resume)
+    python experiments/best_move_grid.py --from_result experiments/results/best_move_grid.json    (re-table)
 
 The extension (seeds 42-46, make train's, for the three arms that could ship), tabled with seeds 1-5 as one grid::
 
-    python benchmarks/bench_best_move_grid.py --out benchmarks/results/best_move_grid_more_seeds.json \
+    python experiments/best_move_grid.py --out experiments/results/best_move_grid_more_seeds.json \
         --arms lr1e-5-cosine+anchor-0.1 lr2e-6-cosine+anchor-0.1 lr1e-5-cosine+anchor-0.1+p-temp-1.0 \
         --seeds 42 43 44 45 46
-    python benchmarks/bench_best_move_grid.py --from_result benchmarks/results/best_move_grid.json \
-        benchmarks/results/best_move_grid_more_seeds.json \
+    python experiments/best_move_grid.py --from_result experiments/results/best_move_grid.json \
+        experiments/results/best_move_grid_more_seeds.json \
         --arms lr1e-5-cosine+anchor-0.1 lr2e-6-cosine+anchor-0.1 lr1e-5-cosine+anchor-0.1+p-temp-1.0
 
 Each finished run is kept in ``OUT.partial``; the same command again skips the runs it holds, so the grid can run
@@ -35,7 +35,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import bench_tiny_grpo as grid  # benchmarks/bench_tiny_grpo.py: the arms' recipes, run(), mean_se, t_stat
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # for benchmarks/common.py
+import grpo_grid as grid  # experiments/grpo_grid.py: the arms' recipes, run(), mean_se, t_stat
 from common import STARTED_AT, finish  # benchmarks/common.py
 from rookgrpo.chess.assets import VAL_POLICY  # the guard's validation panel's P: positions
 
@@ -96,7 +97,7 @@ class Grid:
     derived: dict = field(default_factory=dict)
 
 
-BEST_MOVE = Grid(script="benchmarks/bench_best_move_grid.py", plan="docs/experiments/2026-11-27-best-move-grid-plan.md",
+BEST_MOVE = Grid(script="experiments/best_move_grid.py", plan="docs/experiments/2026-11-27-best-move-grid-plan.md",
                  title="Best-move grid: changes to the recipe as shipped before it", control=CONTROL, arms=ARMS,
                  supervised=SUPERVISED)
 

@@ -15,25 +15,26 @@ docs/experiments/2026-12-01-format-gate-grid-plan.md. Arms:
   cosine, one temperature, no resampling, anchor or guard), judged by its last step's weights: a reference, never
   shipped.
 
-Trained by :func:`bench_tiny_grpo.run` at ``make train``'s completions budget (200 steps of 32, resampling rounds
+Trained by :func:`grpo_grid.run` at ``make train``'s completions budget (200 steps of 32, resampling rounds
 counted), evaluated greedily on the 256 reported held-out positions (``rookgrpo/tiny-rookworld-eval``, Stockfish
-depth 8). Seeds 1-5, arms interleaved per seed. The tables are ``bench_best_move_grid.py``'s, with this grid's rule.
+depth 8). Seeds 1-5, arms interleaved per seed. The tables are ``best_move_grid.py``'s, with this grid's rule.
 
-    python benchmarks/bench_format_gate_grid.py --out benchmarks/results/format_gate_grid.json     (run or resume)
-    python benchmarks/bench_format_gate_grid.py --from_result benchmarks/results/format_gate_grid.json   (re-table)
+    python experiments/format_gate_grid.py --out experiments/results/format_gate_grid.json     (run or resume)
+    python experiments/format_gate_grid.py --from_result experiments/results/format_gate_grid.json   (re-table)
 
 Each finished run is kept in ``OUT.partial``; the same command again skips the runs it holds (run it from a ``git
 worktree`` pinned at the plan's commit).
 
-Measured 2026-12-02: no arm met the rule and the control stays (the plan's Results). The charged reward lost, and
-``format_gate`` left the package: its runs still table here, and run at ``081c42d`` (``bench_tiny_grpo.RETIRED``).
+Measured 2026-12-02: no arm met the rule and the control stays (the plan's Results). The charged reward tied the
+control with the floor; ``format_gate`` is on by default since docs/experiments/2026-12-06-format-gate-ships.md (the tie decided by the reward
+rule), so ``format-gate`` is no longer a lever: its runs still table here, and run at ``081c42d`` (``grpo_grid.RETIRED``).
 """
 
 from __future__ import annotations
 
 import sys
 
-import bench_best_move_grid as bm  # benchmarks/bench_best_move_grid.py: the harness, tables and decision
+import best_move_grid as bm  # experiments/best_move_grid.py: the harness, tables and decision
 from rookgrpo.chess.assets import FRESH_VAL_POLICY
 
 CONTROL = "lr2e-6-cosine+anchor-PB-0.1+guard"  # recipes/rookworld-tiny.yaml as shipped
@@ -43,7 +44,7 @@ FLOOR = "heldout/format_rate"
 DERIVED = {f"{CONTROL}+format-floor": (CONTROL, FLOOR), f"{CHARGED}+format-floor": (CHARGED, FLOOR)}
 METRICS = bm.METRICS + [("env_broken_rate", "A: not a board")]
 FORMAT_GATE = bm.Grid(
-    script="benchmarks/bench_format_gate_grid.py", plan="docs/experiments/2026-12-01-format-gate-grid-plan.md",
+    script="experiments/format_gate_grid.py", plan="docs/experiments/2026-12-01-format-gate-grid-plan.md",
     title="Format-gate grid: the shipped recipe, the charged reward, a guard with format as a floor, vanilla TRL",
     control=CONTROL, arms=ARMS, supervised={}, up=("best_move_accuracy",), held=("format_rate",),
     guards=("move_rank_reward", "env_exact_accuracy", "env_broken_rate"), guard_t=-1.5,

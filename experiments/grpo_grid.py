@@ -25,14 +25,14 @@ groups the loss optimised (after resampling; vanilla keeps them all).
 The held-out callback (``chess_eval``) is left out of every arm (it does not change training, only the time), and so
 is the guard that selects a checkpoint on it: an arm is judged by its last step's weights.
 
-    python benchmarks/bench_tiny_grpo.py [--steps 100] [--seeds 1 2 3 4 5] [--arms vanilla rookgrpo ...]
-    python benchmarks/bench_tiny_grpo.py --steps 200 --train_panel --arms vanilla rookgrpo lr1e-5-cosine ... \
-        --out benchmarks/results/grpo_grid.json     (the grid of docs/experiments/2026-11-27-grpo-grid-plan.md)
+    python experiments/grpo_grid.py [--steps 100] [--seeds 1 2 3 4 5] [--arms vanilla rookgrpo ...]
+    python experiments/grpo_grid.py --steps 200 --train_panel --arms vanilla rookgrpo lr1e-5-cosine ... \
+        --out experiments/results/grpo_grid.json     (the grid of docs/experiments/2026-11-27-grpo-grid-plan.md)
 
 With ``--out``, each finished run is also written to ``OUT.partial``; the same command run again (same steps, same
 start) skips the runs it holds, so a grid can run over several sessions.
-    python benchmarks/bench_tiny_grpo.py --from_result benchmarks/results/tiny_grpo_quality.json --out ...   (re-table)
-    python benchmarks/bench_tiny_grpo.py --add_to RESULT --arms rookgrpo_one_temperature --out ...   (one more arm)
+    python experiments/grpo_grid.py --from_result experiments/results/tiny_grpo_quality.json --out ...   (re-table)
+    python experiments/grpo_grid.py --add_to RESULT --arms rookgrpo_one_temperature --out ...   (one more arm)
 
 ``--add_to`` trains only the arms named, at the saved result's steps and seeds, and tables them with its arms. It
 refuses when the start's evaluation differs from the saved one (another model or evaluation), and the result keeps
@@ -53,6 +53,7 @@ from pathlib import Path
 import yaml
 from transformers import TrainerCallback
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # for benchmarks/common.py
 from common import STARTED_AT, finish  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,8 +63,11 @@ RECIPE = REPO / "recipes" / "rookworld-tiny.yaml"
 # (docs/experiments/2026-11-27-grpo-grid-plan.md) with the best-move grid's pick (learning rate 2e-6 in place of 1e-5,
 # docs/experiments/2026-11-27-best-move-grid-plan.md) and the B:-only anchor grid's (the anchor also on P: lines'
 # B: move, the guard on the fresh panel selecting on best move too: docs/experiments/2026-11-29-b-anchor-grid-plan.md).
+# Since the format-gate grid (docs/experiments/2026-12-01-format-gate-grid-plan.md; shipped by the reward rule,
+# docs/experiments/2026-12-06-format-gate-ships.md) the guard holds greedy format as a floor, and the chess rewards
+# charge ill-formed answers by default (so every arm run at a later commit does too).
 # A test checks that it is the shipped recipe, held-out evaluation and guard included, so the two cannot drift apart.
-SHIPPED_ARM = "lr2e-6-cosine+anchor-PB-0.1+guard"
+SHIPPED_ARM = "lr2e-6-cosine+anchor-PB-0.1+guard-format-floor"
 BEFORE_GRID = {"learning_rate": 5e-5, "lr_scheduler_type": "constant_with_warmup"}  # what SHIPPED_ARM's fields were
 # Each arm: how it differs from the recipe before the grid (grid_base). ``set`` overrides recipe fields, ``drop``
 # removes recipe keys, ``callbacks`` adds recipe callback entries, ``remove`` drops the recipe's callbacks of those
@@ -77,6 +81,8 @@ FRESH_GUARD = [
     {"name": "heldout_guard", "metric": {"heldout/best_move_accuracy": 1.0, "heldout/format_rate": 1.0,
                                          "heldout/move_rank_reward": 1.0, "heldout/env_exact_accuracy": 1.0}},
 ]
+# The same guard choosing only among evaluations whose greedy format is not below the start's.
+FLOOR_GUARD = [FRESH_GUARD[0], {**FRESH_GUARD[1], "floor": "heldout/format_rate"}]
 ARM_SPECS: dict[str, dict] = {
     "vanilla": {},
     "vanilla_positions": {},
@@ -97,7 +103,7 @@ ARM_SPECS: dict[str, dict] = {
     # recipe: the anchor on P: and A: lines; a reward paying the engine's best move apart from the rest of the top 5;
     # the format term weighted 4 times as much; TRL's entropy bonus; a hotter P: sample.
     "anchor-PA-0.1": {"callbacks": [{**ANCHOR, "tasks": ["P", "A"], "coef": 0.1}]},
-    "best-hit-1.0": {"rewards": {f"{REPO / 'benchmarks' / 'levers.py'}:ChessBestHit": 1.0}},
+    "best-hit-1.0": {"rewards": {f"{REPO / 'experiments' / 'levers.py'}:ChessBestHit": 1.0}},
     "format-1.0": {"reward_weights": {"chess_format": 1.0}},
     "entropy-0.01": {"set": {"entropy_coef": 0.01}},
     "p-temp-1.0": {"task_kwargs": {"P": {"temperature": 1.0}}},
@@ -111,6 +117,7 @@ ARM_SPECS: dict[str, dict] = {
     # is judged by the guard's weights); and the anchor's supervised-only control, with the guard.
     "anchor-PB-0.1": {"callbacks": [ANCHOR_PB]},
     "guard": {"heldout": FRESH_GUARD},
+    "guard-format-floor": {"heldout": FLOOR_GUARD},
     "sft-only-PB": {"set": {"learning_rate": 1e-5, "lr_scheduler_type": "cosine"}, "callbacks": [ANCHOR_PB],
                     "weights": 0.0, "remove": ["zero_std_resampling"], "heldout": FRESH_GUARD},
     # The format-gate grid's (docs/experiments/2026-12-01-format-gate-grid-plan.md) reference: TRL's GRPOTrainer at
@@ -125,6 +132,7 @@ RETIRED = {"reference-credit": ("docs/experiments/2026-11-27-grpo-grid-plan.md",
                                 "the commit before `git log -1 --format=%h -- src/rookgrpo/callbacks/reference_credit.py`"),
            "negative-A-0.25": ("docs/experiments/2026-11-27-grpo-grid-plan.md",
                                "the commit before `git log -1 --format=%h -- src/rookgrpo/callbacks/advantage_weights.py`"),
+           # Not lost: on by default since docs/experiments/2026-12-06-format-gate-ships.md, so no longer a lever.
            "format-gate": ("docs/experiments/2026-12-01-format-gate-grid-plan.md", "081c42d")}
 VANILLA_ARMS = ("vanilla", "vanilla_positions", "vanilla-shipped")  # TRL's GRPOTrainer: no resampling, so budget and
 # flat share are fixed
@@ -146,7 +154,7 @@ ARM_TEXT = {
     "anchor-0.3": "the recipe plus `sft_anchor` (A: lines, 16 per loss) at coef 0.3",
     "sft-only": "`sft_anchor` at coef 0.3 with every reward weighted 0 and no resampling (supervised steps alone)",
     "anchor-PA-0.1": "the recipe plus `sft_anchor` on P: and A: lines (16 per loss) at coef 0.1",
-    "best-hit-1.0": "the recipe plus `ChessBestHit` (benchmarks/levers.py: 1 for the engine's best move) at weight 1",
+    "best-hit-1.0": "the recipe plus `ChessBestHit` (experiments/levers.py: 1 for the engine's best move) at weight 1",
     "format-1.0": "the recipe with `chess_format` weighted 1.0 (not 0.25)",
     "entropy-0.01": "the recipe with TRL's `entropy_coef: 0.01`",
     "p-temp-1.0": "the recipe sampling P: at temperature 1.0 (not 0.5)",
@@ -156,6 +164,8 @@ ARM_TEXT = {
                      "(16 per loss, coef 0.1; `score: rookworld_best_move`)",
     "guard": "`chess_eval` on the fresh validation panel (288 P:, 32 A:) every 20 steps and `heldout_guard` on best "
              "move + format + move-rank reward + A: exact: judged by the guard's weights",
+    "guard-format-floor": "`guard` choosing only among evaluations whose greedy format is not below the start's "
+                          "(`floor: heldout/format_rate`): judged by the guard's weights",
     "sft-only-PB": "`sft_anchor` scored on the B: move (P:) and whole A: lines at coef 0.1, learning rate 1e-5 cosine, "
                    "every reward weighted 0 and no resampling, with the guard (the B:-only anchor's supervised steps "
                    "alone)",
@@ -183,8 +193,8 @@ def arm_spec(arm: str) -> dict:
         return ARM_SPECS[arm]
     if retired := [p for p in arm.split("+") if p in RETIRED]:
         grid, commit = RETIRED[retired[0]]
-        raise ValueError(f"arm {arm!r}: {', '.join(retired)} lost its grid and its lever was removed ({grid}); to "
-                         f"rerun it, check out {commit}")
+        raise ValueError(f"arm {arm!r}: {', '.join(retired)} is no longer a lever (it lost its grid and was removed, "
+                         f"or became the package's default: {grid}); to rerun its arms, check out {commit}")
     parts = arm.split("+")
     unknown = [p for p in parts if p not in LEVERS]
     if len(parts) < 2 or unknown:
@@ -615,7 +625,7 @@ def report(base: dict, runs: dict[str, list[dict]], steps: int, seeds: list[int]
                        f"{n} held-out positions ({base['n_policy']} P:, {base['n_env']} A:), Stockfish depth "
                        f"{eval_depth}; mean ± standard error over seeds.",
         "table": "\n".join(rows + paired_rows),
-        "command": f"python benchmarks/bench_tiny_grpo.py --steps {steps} --seeds "
+        "command": f"python experiments/grpo_grid.py --steps {steps} --seeds "
                    f"{' '.join(map(str, seeds))}{train_flag} --arms {' '.join(runs)}",
         "start": base, "runs": runs, "paired": paired, "decision": decision,
         # A grid resumed over several sessions: the commits its runs were measured at (each run keeps its stamp).
@@ -632,13 +642,13 @@ def saved_result(path: str, flag: str, ap) -> tuple[dict, int, list[int]]:
         runs = {arm: rs for arm, rs in saved["runs"].items() if rs}
         seeds = sorted({r["seed"] for rs in runs.values() for r in rs})
         saved = {**saved, "runs": runs, "partial": sum(map(len, runs.values())),
-                 "command": f"python benchmarks/bench_tiny_grpo.py --steps {saved['steps']} --seeds "
+                 "command": f"python experiments/grpo_grid.py --steps {saved['steps']} --seeds "
                             f"{' '.join(map(str, seeds))} --arms {' '.join(runs)} (unfinished: {path})"}
         return saved, saved["steps"], seeds
     missing = [k for k in ("command", "start", "runs", "measured") if k not in saved]
     if missing:
         ap.error(f"{flag} {path}: no {', '.join(missing)}; pass a result this script wrote with --out "
-                 "(benchmarks/results/tiny_grpo_quality.json)")
+                 "(experiments/results/tiny_grpo_quality.json)")
     command = saved["command"].split()
     steps = int(command[command.index("--steps") + 1])
     after = command[command.index("--seeds") + 1:]
@@ -749,7 +759,7 @@ def main(argv=None):
     result = report(saved["start"], every, args.steps, args.seeds, args.eval_depth)
     result["command"], result["measured"] = saved["command"], saved["measured"]  # the saved arms' own
     added = {"arms": list(args.arms), "measured": STARTED_AT,
-             "command": f"python benchmarks/bench_tiny_grpo.py --add_to {args.add_to} --arms {' '.join(args.arms)}"
+             "command": f"python experiments/grpo_grid.py --add_to {args.add_to} --arms {' '.join(args.arms)}"
                         + (" --train_panel" if args.train_panel else "")}
     result["added"] = saved.get("added", []) + [added]
     return finish(result, args.out)

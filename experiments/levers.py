@@ -1,6 +1,6 @@
 """Candidate levers of the best-move grid (docs/experiments/2026-11-27-best-move-grid-plan.md) that are not in the
 package: a lever enters ``rookgrpo`` only if the grid picks it, so one that loses never touches the product's code.
-Recipes name them by file path (``benchmarks/levers.py:ChessBestHit``), as a user names a reward of their own."""
+Recipes name them by file path (``experiments/levers.py:ChessBestHit``), as a user names a reward of their own."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ paired by position); the last column is the mean change over the runs ± its sta
 reader of one run should expect), or ± half the difference when there are two runs. When the evaluations kept their
 answers, a second table counts the P: answers each run broke and fixed, by what is wrong with the broken ones.
 
-    python benchmarks/seed_table.py --before runs/eval_before.json \
+    python experiments/seed_table.py --before runs/eval_before.json \
         --runs s42=runs/fused-s42/eval_after.json s43=runs/fused-s43/eval_after.json
 """
 

@@ -1,5 +1,6 @@
 """docs/benchmarks.md says when a section's numbers describe a packaged chess model that has since been replaced."""
 
+import json
 import math
 import statistics
 import subprocess
@@ -57,11 +58,11 @@ def test_a_result_measured_before_the_model_changed_is_flagged(tmp_path):
     assert run_all.missing_from(v3, fix, tmp_path) == fix and run_all.missing_from(fix, fix, tmp_path) is None
 
 
-def test_bench_tiny_grpo_retables_a_saved_result_pairing_by_seed(tmp_path, monkeypatch):
+def test_grpo_grid_retables_a_saved_result_pairing_by_seed(tmp_path, monkeypatch):
     import json
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))  # the script imports benchmarks/common.py
-    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "grpo_grid.py")
     keys = [k for k, _ in bench.METRICS]
 
     def runs(values):  # one run per seed; every metric takes the seed's value
@@ -75,7 +76,7 @@ def test_bench_tiny_grpo_retables_a_saved_result_pairing_by_seed(tmp_path, monke
     start = {"n_policy": 3, "n_env": 1, "engine_depth": 8, **dict.fromkeys(keys, 0.0)}
     measured = {"commit": "abc1234", "date": "2026-01-01", "machine": "m", "python": "3"}
     saved = tmp_path / "saved.json"
-    saved.write_text(json.dumps({"command": "python benchmarks/bench_tiny_grpo.py --steps 10 --seeds 1 2 3 --arms "
+    saved.write_text(json.dumps({"command": "python experiments/grpo_grid.py --steps 10 --seeds 1 2 3 --arms "
                                  "vanilla rookgrpo rookgrpo_one_temperature", "start": start, "runs": arms,
                                  "measured": measured}))
     out = tmp_path / "out.json"
@@ -93,7 +94,7 @@ def test_bench_tiny_grpo_retables_a_saved_result_pairing_by_seed(tmp_path, monke
 
     # The positions arm pairs with vanilla and is what the recipe is compared with on the same scoring.
     arms["vanilla_positions"] = runs({2: 0.25, 1: 0.11, 3: 0.30})
-    saved.write_text(json.dumps({"command": "python benchmarks/bench_tiny_grpo.py --steps 10 --seeds 1 2 3 --arms "
+    saved.write_text(json.dumps({"command": "python experiments/grpo_grid.py --steps 10 --seeds 1 2 3 --arms "
                                  "vanilla vanilla_positions rookgrpo", "start": start, "runs": arms,
                                  "measured": measured}))
     bench.main(["--from_result", str(saved), "--out", str(out)])
@@ -105,22 +106,22 @@ def test_bench_tiny_grpo_retables_a_saved_result_pairing_by_seed(tmp_path, monke
 
 
 
-def test_bench_tiny_grpo_adds_an_arm_to_a_saved_result_at_its_steps_and_seeds(tmp_path, monkeypatch):
+def test_grpo_grid_adds_an_arm_to_a_saved_result_at_its_steps_and_seeds(tmp_path, monkeypatch):
     import json
 
     import pytest
 
     import rookgrpo.chess.evaluate
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "grpo_grid.py")
     keys = [k for k, _ in bench.METRICS]
     start = {"n_policy": 3, "n_env": 1, "engine_depth": 8, **dict.fromkeys(keys, 0.0)}
     measured = {"commit": "abc1234", "date": "2026-01-01", "machine": "m", "python": "3"}
     vanilla = [{"seed": s, "eval": dict.fromkeys(keys, 0.1 * s), "steps": 7, "generated": 224, "seconds": 1.0,
                 "a_flat_before": 0.5, "a_flat_after": 0.5, "flat_before": 0.1, "flat_after": 0.1} for s in (1, 2)]
     # The seeds are read from the saved command whatever flag follows them.
-    command = "python benchmarks/bench_tiny_grpo.py --steps 7 --seeds 1 2 --train_panel --arms vanilla"
+    command = "python experiments/grpo_grid.py --steps 7 --seeds 1 2 --train_panel --arms vanilla"
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps({"command": command, "start": start, "runs": {"vanilla": vanilla},
                                  "measured": measured}))
@@ -162,7 +163,7 @@ def test_bench_tiny_grpo_adds_an_arm_to_a_saved_result_at_its_steps_and_seeds(tm
 def test_seed_table_pairs_each_run_by_position_and_gives_the_spread_over_runs(tmp_path):
     import json
 
-    table = load_script(REPO / "benchmarks" / "seed_table.py")
+    table = load_script(REPO / "experiments" / "seed_table.py")
     mean, half = table.spread([0.1, 0.3])  # two runs: ± half their difference
     assert abs(mean - 0.2) < 1e-12 and abs(half - 0.1) < 1e-12
     mean, se = table.spread([0.0, 0.1, 0.2])
@@ -186,22 +187,23 @@ def test_seed_table_pairs_each_run_by_position_and_gives_the_spread_over_runs(tm
 
 def test_every_grid_arm_is_a_valid_recipe_that_differs_from_the_shipped_one_as_named(tmp_path, monkeypatch):
     """The arms of docs/experiments/2026-11-27-grpo-grid-plan.md parse as recipes, their callbacks resolve, none keeps
-    the recipe's held-out guard (an arm that brings its own, the B:-only anchor grid's ``guard``, has exactly that
-    one), and each changes what its spec says."""
+    the recipe's held-out guard (an arm that brings its own, the B:-only anchor grid's ``guard`` or the shipped
+    ``guard-format-floor``, has exactly that one), and each changes what its spec says."""
     import yaml
 
     from rookgrpo.callbacks.registry import resolve_callbacks
     from rookgrpo.recipe import parse_recipe
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "grpo_grid.py")
     shipped = yaml.safe_load(bench.RECIPE.read_text())
     for arm in bench.ARMS:
         path = bench.arm_recipe(arm, str(tmp_path))
         recipe = yaml.safe_load(open(path).read())
         names = [bench._name(c) for c in recipe["callbacks"]]
         if "heldout" in bench.arm_spec(arm):
-            assert recipe["callbacks"][-2:] == bench.FRESH_GUARD and names.count("heldout_guard") == 1, arm
+            assert recipe["callbacks"][-2:] == bench.arm_spec(arm)["heldout"], arm
+            assert recipe["callbacks"][-2:] in (bench.FRESH_GUARD, bench.FLOOR_GUARD) and names.count("heldout_guard") == 1
         else:
             assert "heldout_guard" not in names and "chess_eval" not in names, arm
         resolve_callbacks(recipe["callbacks"])
@@ -234,8 +236,8 @@ def test_best_move_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     it, the arm that best holds format is kept. A ``.partial`` tables as unfinished."""
     import json
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    bench = load_script(REPO / "benchmarks" / "bench_best_move_grid.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "best_move_grid.py")
     keys = [k for k, _ in bench.METRICS]
     base = {**dict.fromkeys(keys, 0.5), "n_policy": 192, "n_env": 64}
 
@@ -270,7 +272,7 @@ def test_best_move_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     assert f"| {control} | 10 |" in joined["table"] and f"| {bench.ARMS[4]} | 5 |" in joined["table"]
     assert "sft-only-PA" not in joined["table"]
     assert joined["title"].endswith("seeds 1-5, 42-46)")  # the seeds it tables, and the command that tabled them
-    assert joined["command"] == (f"python benchmarks/bench_best_move_grid.py --from_result {partial} {more} "
+    assert joined["command"] == (f"python experiments/best_move_grid.py --from_result {partial} {more} "
                                  f"--arms {control} {bench.ARMS[4]}")
     with pytest.raises(SystemExit):  # one seed of one arm twice
         bench.main(["--from_result", str(partial), str(partial)])
@@ -291,8 +293,8 @@ def test_b_anchor_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     """docs/experiments/2026-11-29-b-anchor-grid-plan.md: best move and move-rank reward up at t >= 2, format and A:
     exact above t -1; the supervised control never ships; with none meeting it, the arm that best holds format among
     those whose best move rises."""
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    bench = load_script(REPO / "benchmarks" / "bench_b_anchor_grid.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "b_anchor_grid.py")
     bm = bench.bm
     keys = [k for k, _ in bench.METRICS]
     base = {**dict.fromkeys(keys, 0.5), "n_policy": 192, "n_env": 64}
@@ -316,7 +318,7 @@ def test_b_anchor_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     assert fallback["pick"] == b2e6 and fallback["why"].endswith("with best move up")
     result = bench.main(["--from_result", str(_partial(tmp_path, base, arms))])
     assert f"| {b2e6} − sft-only-PB |" in result["table"] and "guard's step" in result["table"]
-    assert result["command"].startswith("python benchmarks/bench_b_anchor_grid.py --from_result")
+    assert result["command"].startswith("python experiments/b_anchor_grid.py --from_result")
     assert "2026-11-29-b-anchor-grid-plan.md" in result["description"]
 
 
@@ -325,8 +327,8 @@ def test_format_gate_grid_decides_by_its_plans_rule(tmp_path, monkeypatch):
     reward and A: exact above t -1.5 and broken A: boards below t 1.5 (a rise is the bad direction); vanilla never
     ships; with none meeting it, the closest by the rule's order ships, naming what it misses; the floor arms are
     tabled beside the trained ones."""
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    bench = load_script(REPO / "benchmarks" / "bench_format_gate_grid.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "format_gate_grid.py")
     bm = bench.bm
     keys = [k for k, _ in bench.METRICS]
     base = {**dict.fromkeys(keys, 0.5), "n_policy": 192, "n_env": 64}
@@ -362,13 +364,13 @@ def _partial(tmp_path, base, runs):
     return path
 
 
-def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid(tmp_path, monkeypatch):
+def test_grpo_grid_decides_by_the_plans_rule_and_tables_an_unfinished_grid(tmp_path, monkeypatch):
     """The decision table applies the pre-registered rule (a primary metric up with t >= 2 against the start,
     neither down with t < -1); an unfinished grid's ``.partial`` tables as a look, marked unfinished."""
     import json
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "grpo_grid.py")
     keys = [k for k, _ in bench.METRICS]
 
     def runs(rank, exact):  # per seed: (move-rank reward, A: exact); other metrics 0
@@ -408,7 +410,7 @@ def test_bench_tiny_grpo_decides_by_the_plans_rule_and_tables_an_unfinished_grid
     assert [arm for arm, d in ruled.items() if d["meets_rule"]] == ["rookgrpo"]
 
 
-def test_bench_tiny_grpo_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, monkeypatch):
+def test_grpo_grid_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, monkeypatch):
     """Resuming keeps the runs of seeds and arms the command does not name, and refuses a .partial measured at other
     steps or from a start that evaluates differently, instead of overwriting it."""
     import json
@@ -417,8 +419,8 @@ def test_bench_tiny_grpo_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, 
 
     import rookgrpo.chess.evaluate
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "grpo_grid.py")
     keys = [k for k, _ in bench.METRICS]
     start = {"n_policy": 3, "n_env": 1, "engine_depth": 8, **dict.fromkeys(keys, 0.0)}
 
@@ -459,7 +461,7 @@ def test_bench_tiny_grpo_resumes_a_grid_without_losing_or_mixing_runs(tmp_path, 
     assert trained == [] and partial.read_text() == text
 
 
-def test_bench_tiny_grpo_combines_levers_into_one_arm_and_pairs_it_with_its_parts(tmp_path, monkeypatch):
+def test_grpo_grid_combines_levers_into_one_arm_and_pairs_it_with_its_parts(tmp_path, monkeypatch):
     """``a+b`` runs the recipe with both levers' changes (the grid's ``best`` arm), refuses levers that set the same
     field, is kept in a resumed grid's file, and is compared with vanilla, the recipe and each part."""
     import json
@@ -470,8 +472,8 @@ def test_bench_tiny_grpo_combines_levers_into_one_arm_and_pairs_it_with_its_part
     import rookgrpo.chess.evaluate
     from rookgrpo.recipe import parse_recipe
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "grpo_grid.py")
     arm = "lr1e-5-cosine+anchor-0.1"
     path = bench.arm_recipe(arm, str(tmp_path))
     recipe = yaml.safe_load(open(path).read())
@@ -516,8 +518,8 @@ def test_the_shipped_recipe_is_the_grids_winning_arm(tmp_path, monkeypatch):
     when they ran."""
     import yaml
 
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    bench = load_script(REPO / "benchmarks" / "bench_tiny_grpo.py")
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # the grids import each other
+    bench = load_script(REPO / "experiments" / "grpo_grid.py")
     shipped = yaml.safe_load(bench.RECIPE.read_text())
     assert bench.arm_spec(bench.SHIPPED_ARM)["heldout"] == [c for c in shipped["callbacks"]
                                                            if bench._name(c) in bench.HELDOUT_CALLBACKS]
@@ -527,3 +529,17 @@ def test_the_shipped_recipe_is_the_grids_winning_arm(tmp_path, monkeypatch):
     assert set(spec["set"]) | ({"task_generation_kwargs"} if spec.get("task_kwargs") else set()) == set(bench.BEFORE_GRID)
     assert base["learning_rate"] == 5e-5 and base["lr_scheduler_type"] == "constant_with_warmup"
     assert "sft_anchor" not in [bench._name(c) for c in base["callbacks"]]
+
+
+def test_benchmarks_holds_only_measurements_each_with_its_section_in_docs_benchmarks():
+    """benchmarks/ is what docs/benchmarks.md cites: every script there is run by make bench (run_all's BENCHMARKS),
+    every stored result is one of them, and each has its section in the generated report; the grids are in
+    experiments/ (tests/test_experiments.py)."""
+    run_all = _run_all()
+    assert {p.stem for p in (REPO / "benchmarks").glob("bench_*.py")} == {s for _, s, _ in run_all.BENCHMARKS}
+    names = {n for n, _, _ in run_all.BENCHMARKS}
+    assert {p.stem for p in (REPO / "benchmarks" / "results").glob("*.json")} == names
+    report = (REPO / "docs" / "benchmarks.md").read_text()
+    for name in names:
+        title = json.loads((REPO / "benchmarks" / "results" / f"{name}.json").read_text())["title"]
+        assert f"# {title}\n" in report, name

@@ -24,6 +24,7 @@ from conftest import REPO, load_script
 # The manual and the README; docs/experiments is a dated log (linked, not run), docs/benchmarks.md is generated.
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), REPO / "rewards" / "README.md"])
 LINKED = sorted({*DOCS, *(REPO / "docs" / "experiments").glob("*.md"), REPO / "benchmarks" / "README.md",
+                 REPO / "experiments" / "README.md",
                  REPO / "src" / "rookgrpo" / "assets" / "tiny-rookworld" / "README.md"})
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 #: The first line of a python block that is a file the blocks after it name: ``# rewards/my_reward.py``.
@@ -78,8 +79,9 @@ def test_links_resolve(path):
 # Files that name repository paths in plain text (a comment, a help line): each path they name must exist. The dated
 # experiments log is history and keeps the names of its day.
 PLAIN = sorted([*DOCS, REPO / "Makefile", *(REPO / "src" / "rookgrpo" / "recipes").glob("*.yaml"),
-                *(REPO / "src" / "rookgrpo").rglob("*.py"), *(REPO / "benchmarks").glob("*.py")])
-PATH_TEXT = re.compile(r"(?<![\w./-])((?:docs|benchmarks|scripts|recipes|examples|rewards)/[\w./-]*\w\.(?:md|py|yaml))")
+                *(REPO / "src" / "rookgrpo").rglob("*.py"), *(REPO / "benchmarks").glob("*.py"),
+                *(REPO / "experiments").glob("*.py"), REPO / "experiments" / "README.md"])
+PATH_TEXT = re.compile(r"(?<![\w./-])((?:docs|benchmarks|experiments(?!/\d{4}-)|scripts|recipes|examples|rewards)/[\w./-]*\w\.(?:md|py|yaml))")
 
 
 @pytest.mark.parametrize("path", PLAIN, ids=lambda p: str(p.relative_to(REPO)))
