@@ -7,6 +7,10 @@ answers, a second table counts the P: answers each run broke and fixed, by what 
 
     python experiments/seed_table.py --before runs/eval_before.json \
         --runs s42=runs/fused-s42/eval_after.json s43=runs/fused-s43/eval_after.json
+
+``--save FILE`` keeps each run's change per metric (a small JSON); ``--against FILE`` pairs these runs, by name, with
+such a file of another recipe's runs on the same seeds: a third table of the difference, mean ± standard error over
+runs and its t.
 """
 
 from __future__ import annotations
@@ -43,6 +47,43 @@ def spread(changes: list[float]) -> tuple[float, float]:
     return mean, statistics.stdev(changes) / math.sqrt(len(changes))
 
 
+def t_text(mean: float, err: float) -> str:
+    """`` (t X)`` for a mean and its standard error ("" where the error is 0)."""
+    return f" (t {mean / err:.1f})" if err > 0 else ""
+
+
+def changes(before: dict, runs: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """Each metric's change against ``before``, per run: ``{key: {run: change}}`` (what ``--save`` writes)."""
+    from rookgrpo.chess.evaluate import paired
+
+    return {key: {name: paired(before, run, key)[0] for name, run in runs.items()}
+            for key, _ in ROWS if all(key in m for m in (before, *runs.values()))}
+
+
+def against_table(mine: dict[str, dict[str, float]], theirs: dict[str, dict[str, float]], label: str) -> str:
+    """These runs' changes minus another recipe's, paired by run name, per metric both have: each pair's difference,
+    then the mean ± its standard error over pairs and t.
+
+    >>> print(against_table({"best_move_accuracy": {"s1": 0.02, "s2": 0.03}},
+    ...                     {"best_move_accuracy": {"s1": 0.01, "s2": 0.01}}, "old"))
+    | metric | s1 | s2 | mean − old (± half their difference) |
+    | --- | --- | --- | --- |
+    | best-move accuracy (P:) | +0.010 | +0.020 | +0.015 ± 0.005 (t 3.0) |
+    """
+    keys = [(k, lab) for k, lab in ROWS if k in mine and k in theirs]
+    names = [n for n in next(iter(mine.values())) if all(n in theirs[k] for k, _ in keys)]
+    if len(names) < 2:
+        raise ValueError(f"--against: fewer than two runs named alike in both ({sorted(theirs[keys[0][0]])})")
+    lines = ["| metric | " + " | ".join(names) + f" | mean − {label} ({spread_name(len(names))}) |",
+             "| --- |" + " --- |" * (len(names) + 1)]
+    for key, row in keys:
+        diffs = [mine[key][n] - theirs[key][n] for n in names]
+        mean, err = spread(diffs)
+        lines.append(f"| {row} | " + " | ".join(f"{d:+.3f}" for d in diffs) + f" | {mean:+.3f} ± {err:.3f}"
+                     f"{t_text(mean, err)} |")
+    return "\n".join(lines)
+
+
 def table(before: dict, runs: dict[str, dict]) -> str:
     """The markdown table: one run gives before, after and the change (z); several add the mean change over runs.
 
@@ -76,7 +117,8 @@ def table(before: dict, runs: dict[str, dict]) -> str:
             changes.append(diff)
             cells.append(f"{diff:+.3f} ({diff / se:.1f})" if se > 0 else f"{diff:+.3f}")
         mean, err = spread(changes)
-        lines.append(f"| {label} | {before[key]:.3f} | " + " | ".join(cells) + f" | {mean:+.3f} ± {err:.3f} |")
+        lines.append(f"| {label} | {before[key]:.3f} | " + " | ".join(cells) + f" | {mean:+.3f} ± {err:.3f}"
+                     f"{t_text(mean, err)} |")
     return "\n".join(lines)
 
 
@@ -114,6 +156,10 @@ def main(argv=None) -> int:
     ap.add_argument("--before", required=True, help="the start's evaluation (rookgrpo evaluate --out)")
     ap.add_argument("--runs", nargs="+", required=True, metavar="NAME=EVAL.json",
                     help="each run's evaluation after training, named")
+    ap.add_argument("--save", default=None, metavar="FILE", help="write each run's change per metric here (JSON)")
+    ap.add_argument("--label", default=None, help="with --save: what these runs are, for a later --against")
+    ap.add_argument("--against", default=None, metavar="FILE",
+                    help="another recipe's runs' changes (a --save file), paired by run name")
     args = ap.parse_args(argv)
     runs = {}
     for item in args.runs:
@@ -127,6 +173,17 @@ def main(argv=None) -> int:
     if failures:  # what the format changes were, when the evaluations kept their answers
         print("\nGreedy format, answer by answer (a broken answer counts once per kind of error):\n")
         print(failures)
+    mine = changes(before, runs)
+    if args.save:
+        with open(args.save, "w") as fh:
+            json.dump({"command": "python experiments/seed_table.py " + " ".join(argv if argv is not None else
+                                                                               sys.argv[1:]),
+                       **({"label": args.label} if args.label else {}), "before": {k: before[k] for k in mine},
+                       "changes": mine}, fh, indent=2)
+    if args.against:
+        theirs = json.loads(open(args.against).read())
+        print(f"\nAgainst {theirs.get('label', args.against)}, paired by run:\n")
+        print(against_table(mine, theirs["changes"], theirs.get("label", "theirs")))
     return 0
 
 

@@ -181,8 +181,18 @@ def test_seed_table_pairs_each_run_by_position_and_gives_the_spread_over_runs(tm
     (tmp_path / "before.json").write_text(json.dumps(before))
     text = table.table(before, {n: json.loads(p.read_text()) for n, p in paths.items()})
     # Run a: +0.5 with the paired standard error of (1, 1, 0, 0) = 0.289, z 1.7; the mean of +0.5 and +0.25.
-    assert "| best-move accuracy (P:) | 0.000 | +0.500 (1.7) | +0.250 (1.0) | +0.375 ± 0.125 |" in text
-    assert table.main(["--before", str(tmp_path / "before.json"), "--runs", f"a={paths['a']}", f"b={paths['b']}"]) == 0
+    assert "| best-move accuracy (P:) | 0.000 | +0.500 (1.7) | +0.250 (1.0) | +0.375 ± 0.125 (t 3.0) |" in text
+    saved = tmp_path / "changes.json"
+    assert table.main(["--before", str(tmp_path / "before.json"), "--runs", f"a={paths['a']}", f"b={paths['b']}",
+                       "--save", str(saved)]) == 0
+    assert json.loads(saved.read_text())["changes"] == {"best_move_accuracy": {"a": 0.5, "b": 0.25}}
+    # Against another recipe's runs on the same names: the difference paired by run.
+    (tmp_path / "old.json").write_text(json.dumps({"label": "old", "changes": {"best_move_accuracy": {"a": 0.25,
+                                                                                                      "b": 0.25}}}))
+    assert table.main(["--before", str(tmp_path / "before.json"), "--runs", f"a={paths['a']}", f"b={paths['b']}",
+                       "--against", str(tmp_path / "old.json")]) == 0
+    assert "| best-move accuracy (P:) | +0.250 | +0.000 | +0.125 ± 0.125 (t 1.0) |" in table.against_table(
+        json.loads(saved.read_text())["changes"], {"best_move_accuracy": {"a": 0.25, "b": 0.25}}, "old")
 
 
 def test_every_grid_arm_is_a_valid_recipe_that_differs_from_the_shipped_one_as_named(tmp_path, monkeypatch):

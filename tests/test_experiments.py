@@ -31,7 +31,8 @@ def stored_result(argv: list[str]) -> tuple[list[str], str]:
 def test_every_grid_script_and_every_result_file_has_a_command():
     commands = [shlex.split(c) for c in retable_commands()]
     stored = {stored_result(argv[2:])[1] for argv in commands}
-    assert stored == {f"experiments/results/{p.name}" for p in (REPO / "experiments" / "results").glob("*.json")}
+    assert stored == {f"experiments/results/{p.name}" for p in (REPO / "experiments" / "results").glob("*.json")
+                      if not p.name.startswith("make_train")}  # the make train seeds': test_the_readme_table_...
     grids = {f"experiments/{p.name}" for p in (REPO / "experiments").glob("*.py")}
     assert {argv[1] for argv in commands} == grids - {"experiments/levers.py", "experiments/seed_table.py"}
 
@@ -46,3 +47,19 @@ def test_each_grid_retables_its_stored_result(command, monkeypatch, capsys):
     result = script.main(args)
     assert result["table"] == json.loads((REPO / stored).read_text())["table"]
     assert result["table"] in capsys.readouterr().out
+
+
+def test_the_make_train_tables_are_what_their_command_prints(capsys, monkeypatch):
+    """README.md's `make train` table and docs/results.md's tables are the output of the seed-table command
+    docs/results.md gives, on the five runs' stored evaluations (experiments/results/make_train_*/)."""
+    results = (REPO / "docs" / "results.md").read_text()
+    command = re.search(r"`(python experiments/seed_table\.py --before experiments/results/[^`]+)`", results)
+    assert command, "docs/results.md gives no seed-table command over stored evaluations"
+    argv = shlex.split(command.group(1))
+    monkeypatch.chdir(REPO)
+    assert load_script(REPO / argv[1], "seed_table_docs").main(argv[2:]) == 0
+    tables = [t for t in re.split(r"\n\n+", capsys.readouterr().out) if t.startswith("|")]
+    assert len(tables) == 3  # against the start, format answer by answer, against the recipe before
+    for table in tables:
+        assert table.strip() in results
+    assert tables[0].strip() in (REPO / "README.md").read_text()

@@ -151,7 +151,7 @@ def test_a_floor_rules_out_the_steps_below_the_starts_value(tiny_model_dir, smok
     assert end["heldout_guard/best_step"] == 4 and end["heldout_guard/steps_below_floor"] == 1
     below = {h["step"]: h["heldout_guard/below_floor"] for h in trainer.state.log_history if "heldout_guard/below_floor" in h}
     assert below == {2: 1, 4: 0, 6: 0}
-    assert "held to the floor (heldout/floor 0.9000), which ruled out 1: steps [2]" in caplog.text
+    assert "held to the floor (heldout/floor 0.9000), which ruled out step 2;" in caplog.text
     # Without the floor the same run hands back step 2.
     plain = HeldoutProbe(dict(probe.values), floor=dict(probe.floor))
     trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs="uci_charset",

@@ -223,8 +223,9 @@ class HeldoutGuard(RookCallback):
         if not self.score.floor:
             return ""
         start = ", ".join(f"{n} {v:.4f}" for n, v in (self.score.floor_start or {}).items())
-        return (f" held to the floor ({start or ', '.join(self.score.floor)}), which ruled out "
-                f"{len(self.score.below_floor)}: steps {self.score.below_floor or 'none'}")
+        out = self.score.below_floor
+        ruled = f"step{'s' if len(out) > 1 else ''} {', '.join(map(str, out))}" if out else "none"
+        return f" held to the floor ({start or ', '.join(self.score.floor)}), which ruled out {ruled}"
 
     # ---- checkpoints ----------------------------------------------------------------------------------------------
 

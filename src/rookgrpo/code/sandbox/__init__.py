@@ -27,19 +27,20 @@ Reduced isolation keeps the layers below and, where the process is root, rebuild
 isolation itself (:func:`.layers._enter_namespaces`: new mount, network, IPC and UTS namespaces, no user namespace needed);
 what a pid namespace and a non-root run would add is lost, and :func:`isolation` says so.
 
-The package, by concern: :mod:`.layers` (which layers this machine has, and how a program enters them),
-:mod:`.limits` (rlimits, cgroups, sandbox uids), :mod:`.program` (one sandboxed program: its spawn and the job protocol
-over its pipes) and :mod:`.cleanup` (what is removed by uid where no namespace takes it away). Import from here.
+The package, by concern: :mod:`.layers` (the isolation layers, and how a program enters them), :mod:`.limits`
+(rlimits, cgroups, sandbox uids), :mod:`.program` (one sandboxed program: its spawn, the job protocol over its pipes,
+and the probe of which layers work here) and :mod:`.cleanup` (what is removed by uid where no namespace takes it
+away). Import from here.
 """
 
 from .cleanup import (SHARED_WRITABLE, become_subreaper, kill_uid, processes_of_uids, reap_orphans, remove_tree,
                       remove_uid_leftovers)
 from .layers import (FIX_NO_BWRAP, FIX_NO_USERNS, ISOLATION_MODES, OPT_IN, VIEW_DEVICES, VIEW_TOP, Isolation,
-                     SandboxUnavailable, check_mode, isolation, landlock_abi, require)
+                     SandboxUnavailable, check_mode, landlock_abi)
 from .limits import (CGROUP_PREFIX, SANDBOX_UID_BASE, UID_BASE_ENV, UIDS_PER_JOB, UIDS_PER_PROCESS, Cgroup,
                      SandboxLimits, give_back_cgroup, next_sandbox_uid, remove_cgroups, remove_stale_cgroups, rlimits,
                      sandbox_uid_base, take_cgroup)
-from .program import BOOTSTRAP, SERVER_SOURCE, Sandbox, server_code
+from .program import BOOTSTRAP, SERVER_SOURCE, Sandbox, isolation, require, server_code
 
 __all__ = [
     "BOOTSTRAP", "CGROUP_PREFIX", "FIX_NO_BWRAP", "FIX_NO_USERNS", "ISOLATION_MODES", "OPT_IN", "SANDBOX_UID_BASE",

@@ -1,8 +1,7 @@
 """Which isolation layers this machine has, and how a sandboxed program enters them.
 
-:func:`isolation` probes the layers once (bubblewrap with user namespaces, a writable cgroup, root for the uid drop,
-and without bubblewrap whether root can make reduced mode's namespaces or the kernel has Landlock); :func:`require`
-refuses a mode the machine cannot serve, before any program runs. With bubblewrap the program's view is
+The probe that says which of them work here runs a program, so it lives with :class:`~.program.Sandbox`
+(:func:`~.program.isolation`, :func:`~.program.require`). With bubblewrap the program's view is
 :func:`_bwrap_command`'s; without it, as root, :func:`_enter_namespaces` builds the same view by hand, and without
 namespaces :func:`_enter_landlock` limits what the program may touch.
 """
@@ -14,7 +13,6 @@ import functools
 import logging
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,20 +60,6 @@ def check_mode(mode: str, field_name: str = "isolation") -> str:
     return mode
 
 
-def require(mode: str = "full", who: str = "code sandbox") -> Isolation:
-    """The machine's isolation, if it serves ``mode``; else :class:`SandboxUnavailable` before any program runs.
-
-    ``full`` needs bubblewrap with user namespaces (the layer docs/sandbox.md calls essential); ``reduced`` runs
-    without it, with what is left (accepted on purpose).
-    """
-    check_mode(mode)
-    iso = isolation()
-    if mode == "full" and iso.bwrap is None:
-        raise SandboxUnavailable(f"{who}: refusing to run model-written code without bubblewrap: {iso.missing}. "
-                                 + OPT_IN)
-    return iso
-
-
 def _sandbox_python() -> str:
     """An interpreter whose files lie under /usr (the only tree the sandbox sees): the system Python 3."""
     for candidate in (os.path.realpath(sys.executable), shutil.which("python3") or "", "/usr/bin/python3"):
@@ -94,83 +78,6 @@ def _cgroup_kind() -> str | None:
     if v2.exists() and {"memory", "pids"} <= set(v2.read_text().split()) and os.access(v2.parent, os.W_OK):
         return "v2"
     return None
-
-
-@functools.lru_cache(maxsize=1)
-def isolation() -> Isolation:
-    """Probe the layers once: bubblewrap with user namespaces, a writable cgroup, root (for the uid drop), and,
-    without bubblewrap, whether root can make the namespaces of reduced mode itself."""
-    from .program import Sandbox  # the probe runs a program
-
-    root = os.geteuid() == 0
-    python = _sandbox_python()
-    bwrap = shutil.which("bwrap")
-    lost, missing, namespaces, landlock = [], None, False, 0
-    if bwrap:
-        probe = Sandbox(SandboxLimits(timeout=10), _iso=Isolation(bwrap, python, None, root))
-        said = b""
-        try:
-            probe.start_program("print('ok')", stderr=subprocess.PIPE)
-            out = probe.wait_output(10)[0]
-            said = probe.proc.stderr.read(2000) if probe.proc.stderr else b""
-            ok = out.strip() == b"ok"
-        except OSError as exc:
-            ok, said = False, str(exc).encode()
-        finally:
-            probe.close()
-        if not ok:
-            reason = said.decode(errors="replace").strip().splitlines()
-            missing = (f"{bwrap} cannot create a user namespace here"
-                       f"{' (bwrap: ' + reason[-1][:200] + ')' if reason else ''}; {FIX_NO_USERNS}")
-            lost.append("bubblewrap is installed but cannot create namespaces here (user namespaces disabled?)")
-            bwrap = None
-    else:
-        missing = f"bubblewrap (`bwrap`) is not on PATH; {FIX_NO_BWRAP}"
-        lost.append("no bubblewrap (apt-get install bubblewrap)")
-    if not bwrap:
-        # ROOKGRPO_REDUCED_NAMESPACES=0: without them, as where root lacks CAP_SYS_ADMIN (to measure that mode)
-        namespaces = root and os.environ.get("ROOKGRPO_REDUCED_NAMESPACES") != "0" and _namespaces_work(python)
-        landlock = 0 if namespaces else landlock_abi()
-        if namespaces:
-            lost.append("without it (reduced mode, as root): mount, network, IPC and UTS namespaces and the filesystem "
-                        "view are made by rookgrpo itself; no PID namespace (escapes are killed by uid) and no /proc")
-        elif landlock:
-            lost.append(f"without it: no namespaces; Landlock (ABI {landlock}) limits the program to reading the "
-                        "interpreter and writing its work dir" + (", and forbids TCP" if landlock >= 4 else "") +
-                        "; it can still see which paths exist, use UDP and create user namespaces; setsid/fork "
-                        "escapes are killed by uid only")
-        else:
-            lost.append("without it: no network, PID, IPC or mount isolation; the program sees the host's files "
-                        "(read-only where permissions say so) and its /tmp; setsid/fork escapes are killed by uid "
-                        "only; files and SysV IPC objects it leaves are removed by uid")
-    if not python.startswith("/usr/"):
-        lost.append(f"no system Python under /usr: the sandbox runs {python}")
-    cgroup = _cgroup_kind()
-    if cgroup is None:
-        lost.append("no writable cgroup: memory and process limits hold per process and per uid, not per run")
-    if not root:
-        lost.append("not root: no uid drop (the program runs as the trainer's user); RLIMIT_NPROC counts all of "
-                    "that user's processes")
-    iso = Isolation(bwrap, python, cgroup, root, tuple(lost), missing, namespaces, landlock)
-    if lost:
-        logger.warning("code sandbox: %s isolation here: %s", "full" if bwrap else "reduced", "; ".join(lost))
-    return iso
-
-
-def _namespaces_work(python: str) -> bool:
-    """Whether this (root) process can give a sandbox the mount, network, IPC and UTS namespaces of reduced mode
-    (not in a container that withholds CAP_SYS_ADMIN or blocks ``unshare``)."""
-    from .program import Sandbox
-    probe = Sandbox(SandboxLimits(timeout=10), isolation="reduced",
-                    _iso=Isolation(None, python, None, True, namespaces=True))
-    try:
-        probe.start_program("import os\nprint(sorted(os.listdir('/')))")
-        out = probe.wait_output(10)[0]
-    except (OSError, subprocess.SubprocessError):
-        return False
-    finally:
-        probe.close()
-    return out.strip() == str(sorted(VIEW_TOP)).encode()
 
 
 # --- the filesystem view, and reduced mode's own namespaces and Landlock -----------------------------------

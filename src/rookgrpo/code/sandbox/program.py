@@ -1,14 +1,20 @@
 """One sandboxed program: spawned into the machine's isolation layers (:mod:`.layers`) under its limits (:mod:`.limits`),
 then driven over two pipes, requests in and answers out (the job protocol: :mod:`rookgrpo.code.wire` literals, read by
 ``_sandbox_server.py`` inside), and torn down with everything it had (:mod:`.cleanup` where no namespace holds it).
+
+:func:`isolation` probes the layers once by running such a program (bubblewrap with user namespaces, a writable
+cgroup, root for the uid drop, and without bubblewrap whether root can make reduced mode's namespaces or the kernel has
+Landlock); :func:`require` refuses a mode the machine cannot serve, before any program runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -16,12 +22,13 @@ from pathlib import Path
 
 from ..wire import write_all, write_literal
 from .cleanup import kill_uid, remove_tree, remove_uid_leftovers
-from .layers import (NAMESPACE_ROOT, OPT_IN, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG, Isolation, SandboxUnavailable,
-                        _bwrap_command, _enter_landlock, _enter_namespaces, _libc, check_mode)
-from .layers import isolation as _machine_isolation  # Sandbox's ``isolation`` argument is the mode asked for
+from .layers import (FIX_NO_BWRAP, FIX_NO_USERNS, NAMESPACE_ROOT, OPT_IN, PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG,
+                     VIEW_TOP, Isolation, SandboxUnavailable, _bwrap_command, _cgroup_kind, _enter_landlock,
+                     _enter_namespaces, _libc, _sandbox_python, check_mode, landlock_abi)
 from .limits import (Cgroup, SandboxLimits, _own_cgroups_known, give_back_cgroup, next_sandbox_uid, rlimits,
                      take_cgroup)
 
+logger = logging.getLogger("rookgrpo.code.sandbox")
 _CODE = Path(__file__).resolve().parent.parent
 SERVER_SOURCE = (_CODE / "_sandbox_server.py").read_text()
 # The sandbox's ``-c`` program when the server arrives compiled: it reads N bytes of marshalled code from the request
@@ -69,6 +76,94 @@ def _child_setup(limits: SandboxLimits, uid: int | None, cgroup_procs: list[str]
         os.setgid(uid)
         os.setuid(uid)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def require(mode: str = "full", who: str = "code sandbox") -> Isolation:
+    """The machine's isolation, if it serves ``mode``; else :class:`SandboxUnavailable` before any program runs.
+
+    ``full`` needs bubblewrap with user namespaces (the layer docs/sandbox.md calls essential); ``reduced`` runs
+    without it, with what is left (accepted on purpose).
+    """
+    check_mode(mode)
+    iso = isolation()
+    if mode == "full" and iso.bwrap is None:
+        raise SandboxUnavailable(f"{who}: refusing to run model-written code without bubblewrap: {iso.missing}. "
+                                 + OPT_IN)
+    return iso
+
+
+@functools.lru_cache(maxsize=1)
+def isolation() -> Isolation:
+    """Probe the layers once: bubblewrap with user namespaces, a writable cgroup, root (for the uid drop), and,
+    without bubblewrap, whether root can make the namespaces of reduced mode itself."""
+    root = os.geteuid() == 0
+    python = _sandbox_python()
+    bwrap = shutil.which("bwrap")
+    lost, missing, namespaces, landlock = [], None, False, 0
+    if bwrap:
+        probe = Sandbox(SandboxLimits(timeout=10), _iso=Isolation(bwrap, python, None, root))
+        said = b""
+        try:
+            probe.start_program("print('ok')", stderr=subprocess.PIPE)
+            out = probe.wait_output(10)[0]
+            said = probe.proc.stderr.read(2000) if probe.proc.stderr else b""
+            ok = out.strip() == b"ok"
+        except OSError as exc:
+            ok, said = False, str(exc).encode()
+        finally:
+            probe.close()
+        if not ok:
+            reason = said.decode(errors="replace").strip().splitlines()
+            missing = (f"{bwrap} cannot create a user namespace here"
+                       f"{' (bwrap: ' + reason[-1][:200] + ')' if reason else ''}; {FIX_NO_USERNS}")
+            lost.append("bubblewrap is installed but cannot create namespaces here (user namespaces disabled?)")
+            bwrap = None
+    else:
+        missing = f"bubblewrap (`bwrap`) is not on PATH; {FIX_NO_BWRAP}"
+        lost.append("no bubblewrap (apt-get install bubblewrap)")
+    if not bwrap:
+        # ROOKGRPO_REDUCED_NAMESPACES=0: without them, as where root lacks CAP_SYS_ADMIN (to measure that mode)
+        namespaces = root and os.environ.get("ROOKGRPO_REDUCED_NAMESPACES") != "0" and _namespaces_work(python)
+        landlock = 0 if namespaces else landlock_abi()
+        if namespaces:
+            lost.append("without it (reduced mode, as root): mount, network, IPC and UTS namespaces and the filesystem "
+                        "view are made by rookgrpo itself; no PID namespace (escapes are killed by uid) and no /proc")
+        elif landlock:
+            lost.append(f"without it: no namespaces; Landlock (ABI {landlock}) limits the program to reading the "
+                        "interpreter and writing its work dir" + (", and forbids TCP" if landlock >= 4 else "") +
+                        "; it can still see which paths exist, use UDP and create user namespaces; setsid/fork "
+                        "escapes are killed by uid only")
+        else:
+            lost.append("without it: no network, PID, IPC or mount isolation; the program sees the host's files "
+                        "(read-only where permissions say so) and its /tmp; setsid/fork escapes are killed by uid "
+                        "only; files and SysV IPC objects it leaves are removed by uid")
+    if not python.startswith("/usr/"):
+        lost.append(f"no system Python under /usr: the sandbox runs {python}")
+    cgroup = _cgroup_kind()
+    if cgroup is None:
+        lost.append("no writable cgroup: memory and process limits hold per process and per uid, not per run")
+    if not root:
+        lost.append("not root: no uid drop (the program runs as the trainer's user); RLIMIT_NPROC counts all of "
+                    "that user's processes")
+    iso = Isolation(bwrap, python, cgroup, root, tuple(lost), missing, namespaces, landlock)
+    if lost:
+        logger.warning("code sandbox: %s isolation here: %s", "full" if bwrap else "reduced", "; ".join(lost))
+    return iso
+
+
+def _namespaces_work(python: str) -> bool:
+    """Whether this (root) process can give a sandbox the mount, network, IPC and UTS namespaces of reduced mode
+    (not in a container that withholds CAP_SYS_ADMIN or blocks ``unshare``)."""
+    probe = Sandbox(SandboxLimits(timeout=10), isolation="reduced",
+                    _iso=Isolation(None, python, None, True, namespaces=True))
+    try:
+        probe.start_program("import os\nprint(sorted(os.listdir('/')))")
+        out = probe.wait_output(10)[0]
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        probe.close()
+    return out.strip() == str(sorted(VIEW_TOP)).encode()
 
 
 class Sandbox:
@@ -274,3 +369,6 @@ class Sandbox:
                 remove_uid_leftovers(self.uid)
         if self.workdir:
             remove_tree(self.workdir)
+
+
+_machine_isolation = isolation  # for Sandbox, whose ``isolation`` argument is the mode asked for
