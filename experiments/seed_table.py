@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import statistics
 import sys
 
@@ -176,8 +177,8 @@ def main(argv=None) -> int:
     mine = changes(before, runs)
     if args.save:
         with open(args.save, "w") as fh:
-            json.dump({"command": "python experiments/seed_table.py " + " ".join(argv if argv is not None else
-                                                                               sys.argv[1:]),
+            json.dump({"command": "python experiments/seed_table.py " + shlex.join(argv if argv is not None else
+                                                                                 sys.argv[1:]),
                        **({"label": args.label} if args.label else {}), "before": {k: before[k] for k in mine},
                        "changes": mine}, fh, indent=2)
     if args.against:

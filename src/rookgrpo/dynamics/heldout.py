@@ -89,7 +89,7 @@ class HeldoutScore:
     def score_of(self, entry: Mapping) -> float | None:
         """The weighted sum of the metric in one log entry, or ``None`` when it lacks one of them (or one is NaN)."""
         values = [entry.get(name) for name in self.metric]
-        if any(v is None or isinstance(v, str) or math.isnan(float(v)) for v in values):
+        if not all(map(_logged, values)):
             return None
         return sum(w * float(v) for w, v in zip(self.metric.values(), values))
 
@@ -99,7 +99,7 @@ class HeldoutScore:
         if not self.floor:
             return True
         values = {name: entry.get(name) for name in self.floor}
-        if any(v is None or isinstance(v, str) or math.isnan(float(v)) for v in values.values()):
+        if not all(map(_logged, values.values())):
             ok = False
         elif self.floor_start is None:
             self.floor_start, ok = {k: float(v) for k, v in values.items()}, True
@@ -144,6 +144,11 @@ class HeldoutScore:
         self.scores = {int(k): float(v) for k, v in state.get("scores", {}).items()}
         self.best_step, self.best = state.get("best_step"), state.get("best")
         self.floor_start, self.below_floor = state.get("floor_start"), list(state.get("below_floor", []))
+
+
+def _logged(value) -> bool:
+    """Whether a log entry's value is a number to score (not missing, not a string, not NaN)."""
+    return value is not None and not isinstance(value, str) and not math.isnan(float(value))
 
 
 def parse_floor(floor: str | list | tuple | None) -> tuple[str, ...]:

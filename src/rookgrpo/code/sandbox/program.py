@@ -151,6 +151,9 @@ def isolation() -> Isolation:
     return iso
 
 
+_machine_isolation = isolation  # for Sandbox, whose ``isolation`` argument is the mode asked for
+
+
 def _namespaces_work(python: str) -> bool:
     """Whether this (root) process can give a sandbox the mount, network, IPC and UTS namespaces of reduced mode
     (not in a container that withholds CAP_SYS_ADMIN or blocks ``unshare``)."""
@@ -369,6 +372,3 @@ class Sandbox:
                 remove_uid_leftovers(self.uid)
         if self.workdir:
             remove_tree(self.workdir)
-
-
-_machine_isolation = isolation  # for Sandbox, whose ``isolation`` argument is the mode asked for
