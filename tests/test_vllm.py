@@ -6,15 +6,17 @@ GPT-2 (the chess recipes' architecture, learned absolute positions) and a Qwen2 
 merged-adapter weight sync runs), both with left-padded prompts. One engine at a time, in this process: vLLM's
 ``external_launcher`` keeps its engine in the trainer's process, and a trainer's engine is freed with the trainer.
 
-What each test compares with: the engine's own copy of the weights (``vllm_compat.engine_model``). vLLM's CPU build
-repacks linear layers for its GEMM kernels and keeps embeddings, norms and biases as loaded (in its dtype, bf16 here),
-so those are compared exactly with the trainer's cast to the engine's dtype, and the whole model through the engine's
-log-probs of a fixed sequence against the trainer's.
+What each test compares with: what the engine samples, never the parameters it keeps (tests/vllm_checks.py): the
+engine's own log-probs of a fixed sequence against the trainer model's, the whole model and the LM head included.
+vLLM's CPU build lays out its linear layers by the CPU's kernels (packed with the weight dropped on AVX-512 / AMX, the
+[out, in] weight kept on AVX2-only CPUs), so a parameter comparison checks different things on different machines;
+the end-to-end test runs both layouts here (``kernels``). The engine is bf16, the trainer fp32: "the same weights" is
+a gap under a tolerance measured each time (``vllm_checks.tolerance``), and each test shows its run moved more than
+twice it between the weights it tells apart.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from pathlib import Path
@@ -32,6 +34,17 @@ from rookgrpo import ConfigError, RookGRPOTrainer  # noqa: E402
 from rookgrpo.callbacks import RookCallback  # noqa: E402
 from rookgrpo.trl_compat import sync_vllm_weights  # noqa: E402
 from rookgrpo.vllm_compat import engine_model  # noqa: E402
+from vllm_checks import (  # noqa: E402
+    SamplingRecorder,
+    assert_sampled_current_weights,
+    assert_samples_trainers_weights,
+    engine_logprobs,
+    gap,
+    model_logprobs,
+    policy,
+    probe_ids,
+    tolerance,
+)
 
 pytestmark = pytest.mark.vllm
 ASSETS = Path(__file__).parent / "assets"
@@ -102,71 +115,23 @@ def vllm_args(out, **overrides):
     return tiny_grpo_args(out, **values)
 
 
-# ---- what the engine holds -----------------------------------------------------------------------------------------
+# ---- what the engine samples (tests/vllm_checks.py) --------------------------------------------------------------
 
-def _trainer_name(name: str) -> str:
-    """A trainer parameter's name as vLLM names it (PEFT's wrapping removed, as TRL's sync does)."""
-    return name.removeprefix("base_model.model.").replace(".base_layer", "")
+@pytest.fixture(params=["as-built", "unpacked"])
+def kernels(request, monkeypatch):
+    """Both layouts vLLM's CPU build gives its linear layers: as this machine builds them (AVX-512 / AMX: packed for
+    oneDNN or the SGL kernel, the weight dropped) and unpacked (torch's linear on the [out, in] weight, what an
+    AVX2-only CPU gets), forced here by switching off vLLM's oneDNN path. Yields whether the engine keeps weights."""
+    if request.param == "unpacked":
+        from vllm import _custom_ops
 
-
-def weights_gap(trainer) -> float:
-    """Largest difference between the engine's kept weights (embeddings, norms, biases) and the trainer's, each cast
-    to the engine's dtype (vocabulary padding left out); 0.0 when the engine holds the trainer's weights."""
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    ours = {_trainer_name(n): p.detach() for n, p in model.named_parameters() if "lora_" not in n}
-    gap, compared = 0.0, 0
-    for name, theirs in engine_model(trainer).named_parameters():
-        if theirs.numel() == 0 or name not in ours:
-            continue
-        mine = ours[name]
-        rows = [slice(0, n) for n in mine.shape]
-        expected = mine.to(theirs.dtype).float()  # vLLM casts what TRL's sync hands it to the parameter's dtype
-        gap = max(gap, (theirs[tuple(rows)].float().cpu() - expected.cpu()).abs().max().item())
-        compared += 1
-    assert compared >= 4, "no engine weight to compare with: vLLM's parameter names changed"
-    return gap
+        monkeypatch.setattr(_custom_ops, "_supports_onednn", False)
+    return request.param
 
 
-def engine_logprobs(trainer, ids: list[int], generate=None) -> torch.Tensor:
-    """The engine's log-probs of ``ids[1:]`` given what precedes each (temperature 1, no truncation)."""
-    from vllm import SamplingParams
-
-    generate = generate or trainer.vllm_generation.llm.generate
-    out = generate([{"prompt_token_ids": ids}], sampling_params=SamplingParams(max_tokens=1, prompt_logprobs=0),
-                   use_tqdm=False)
-    return torch.tensor([entry[token].logprob for entry, token in zip(out[0].prompt_logprobs[1:], ids[1:])])
-
-
-def model_logprobs(model, ids: list[int]) -> torch.Tensor:
-    """A transformers model's log-probs of ``ids[1:]`` (no padding, so no position question)."""
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
-    return logits.log_softmax(-1).gather(1, torch.tensor(ids[1:]).unsqueeze(1)).squeeze(1)
-
-
-class SamplingRecorder:
-    """Wraps the engine's ``generate``: each call's SamplingParams, prompt count and the step, and how far the engine's
-    weights were from the trainer's when it sampled (TRL syncs right before it calls ``generate``)."""
-
-    def __init__(self, trainer, prompt_tasks: dict[tuple, str] | None = None):
-        self.trainer, self.calls = trainer, []
-        self.prompt_tasks = prompt_tasks or {}
-        import weakref
-
-        llm = trainer.vllm_generation.llm
-        # the engine through a weak proxy: a strong reference here would keep its memory after the test
-        self.original = functools.partial(type(llm).generate, weakref.proxy(llm))
-
-        def generate(prompts, sampling_params=None, **kwargs):
-            params = sampling_params[0] if isinstance(sampling_params, list) else sampling_params
-            tasks = {self.prompt_tasks.get(tuple(p["prompt_token_ids"])) for p in prompts}
-            self.calls.append({"step": trainer.state.global_step, "training": trainer.model.training,
-                               "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
-                               "max_tokens": params.max_tokens, "prompts": len(prompts), "tasks": tasks,
-                               "weights_gap": weights_gap(trainer)})
-            return self.original(prompts, sampling_params=sampling_params, **kwargs)
-
-        trainer.vllm_generation.llm.generate = generate
+def kept_linear_weights(trainer) -> bool:
+    """Whether the engine's linear layers keep their weight (the unpacked layout)."""
+    return any(name.endswith("c_attn.weight") and p.numel() > 0 for name, p in engine_model(trainer).named_parameters())
 
 
 def _steps(trainer, key: str) -> list[float]:
@@ -185,7 +150,7 @@ def test_resampling_trains_under_every_importance_sampling_mode(gpt2_dir, flat_d
     token otherwise), with and without pad_to_multiple_of; every round samples with the recipe's SamplingParams from
     the weights the trainer holds. Before the fix, sequence_* with pad_to_multiple_of 8 stopped in TRL's loss."""
     args = vllm_args(tmp_path, max_completion_length=16, pad_to_multiple_of=pad, vllm_importance_sampling_mode=mode,
-                     temperature=0.9, top_p=1.0)
+                     temperature=0.9, top_p=1.0, learning_rate=3e-2)
     trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
                               callbacks=[{"name": "zero_std_resampling", "max_rounds": 2}])
     recorder = SamplingRecorder(trainer)
@@ -197,108 +162,170 @@ def test_resampling_trains_under_every_importance_sampling_mode(gpt2_dir, flat_d
     rounds = [c for c in recorder.calls if c["training"]]
     assert len(rounds) == 3 + sum(_steps(trainer, "resample/rounds"))  # one call per round, resampling's included
     assert {(c["temperature"], c["top_p"], c["max_tokens"]) for c in rounds} == {(0.9, 1.0, 16)}
-    assert max(c["weights_gap"] for c in rounds) == 0.0  # every round sampled the trainer's current weights
+    assert_sampled_current_weights(rounds)  # every round sampled the trainer's current weights
 
 
 def test_resampling_under_vllm_with_buffered_batches(gpt2_dir, flat_data, tmp_path):
     """A generation batch optimised over two steps and two iterations: TRL computes the old policy's log-probs, and
     the rows resampling re-pads get them (and the importance-sampling ratio) recomputed on the final padding."""
-    args = vllm_args(tmp_path, max_steps=4, max_completion_length=16, pad_to_multiple_of=8, steps_per_generation=2,
-                     num_iterations=2, vllm_importance_sampling_mode="sequence_mask")
+    args = vllm_args(tmp_path, max_steps=8, max_completion_length=16, pad_to_multiple_of=8, steps_per_generation=2,
+                     num_iterations=2, vllm_importance_sampling_mode="sequence_mask", learning_rate=3e-2)
     trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
                       callbacks=[{"name": "zero_std_resampling", "max_rounds": 2}])
     recorder = SamplingRecorder(trainer)
     trainer.train()
-    assert trainer.state.global_step == 4 and all(math.isfinite(v) for v in _steps(trainer, "loss"))
+    assert trainer.state.global_step == 8 and all(math.isfinite(v) for v in _steps(trainer, "loss"))
     assert sum(_steps(trainer, "resample/rounds")) >= 1
-    assert all(c["weights_gap"] == 0.0 for c in recorder.calls)
+    assert sorted({c["step"] for c in recorder.calls}) == [0, 4]  # a generation batch per 4 steps, with its rounds
+    assert_sampled_current_weights(recorder.calls)
 
 
 # ---- the weights vLLM samples from --------------------------------------------------------------------------------
 
-def test_after_training_the_engine_samples_the_trainers_weights_not_the_starts(gpt2_dir, flat_data, tmp_path):
-    """End to end, through the engine's log-probs: every layer reloads, the tied LM head's packed kernel included
-    (before the fix the engine's logits stayed the start's: 0.95 nats/token from the trainer's after 6 steps)."""
+def test_after_training_the_engine_samples_the_trainers_weights_not_the_starts(gpt2_dir, flat_data, tmp_path,
+                                                                               kernels):
+    """End to end, through the engine's log-probs, on both layouts of vLLM's CPU linear layers (packed and dropped,
+    or kept unpacked as on AVX2-only CPUs): every layer reloads, the tied LM head's kernel included (before the fix
+    the engine's logits stayed the start's: 0.95 nats/token from the trainer's after 6 steps)."""
     from transformers import AutoModelForCausalLM
 
     args = vllm_args(tmp_path, max_steps=6, max_completion_length=8, learning_rate=5e-2)
     trainer = Trainer(model=str(gpt2_dir), reward_funcs=["uci_charset"], args=args, train_dataset=flat_data)
+    if kernels == "unpacked":
+        assert kept_linear_weights(trainer)  # the AVX2-only layout: the helper must not compare these as parameters
     trainer.train()
     sync_vllm_weights(trainer)
-    ids = trainer.processing_class("P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: e2e4 E: 0.3 B: e2e4")["input_ids"]
+    ids = probe_ids(trainer)
     engine = engine_logprobs(trainer, ids)
-    trained = model_logprobs(trainer.accelerator.unwrap_model(trainer.model), ids)
+    trained = model_logprobs(policy(trainer), ids)
     start = model_logprobs(AutoModelForCausalLM.from_pretrained(str(gpt2_dir)), ids)
-    moved = (trained - start).abs().mean().item()
+    moved = gap(trained, start)
     assert moved > 1.0, moved  # training moved the log-probs far beyond bf16 rounding
-    assert (engine - trained).abs().mean().item() < moved / 5
+    tol = tolerance(policy(trainer), ids, trained)
+    assert gap(engine, trained) < tol < 2 * tol < gap(engine, start), (gap(engine, trained), tol, gap(engine, start))
 
 
 # ---- heldout_guard ------------------------------------------------------------------------------------------------
 
-def test_after_the_guard_restores_the_start_vllm_holds_the_restored_weights(gpt2_dir, flat_data, tmp_path):
-    """The guard restores step 0's weights after the last step; vLLM must hold them, not the last synced step's
-    (before the fix its weights were step 2's, and trainer.evaluate() or any later generation sampled them)."""
+def test_after_the_guard_restores_a_step_never_saved_vllm_samples_the_restored_weights(gpt2_dir, flat_data, tmp_path):
+    """The guard restores step 2's weights after step 5 (kept in memory, never on disk: no checkpoint is saved, and
+    the engine loaded step 0 from the model's files, so no reload from disk can give them); the engine must then
+    sample the restored weights, not step 5's it was last synced with (before the fix it kept the last step's, and
+    trainer.evaluate() or any later generation sampled them). Measured through the engine's log-probs."""
     from test_heldout_guard import HeldoutProbe
 
-    probe = HeldoutProbe({0: 1.0, 1: 0.5, 2: 0.4, 3: 0.3}, every=1)
-    args = vllm_args(tmp_path, max_completion_length=8)
+    probe = HeldoutProbe({0: 0.3, 1: 0.5, 2: 1.0, 3: 0.4, 4: 0.3, 5: 0.2}, every=1)
+    args = vllm_args(tmp_path, max_steps=5, max_completion_length=8, learning_rate=3e-2)
     trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
-                              callbacks=[probe, {"name": "heldout_guard", "metric": "heldout/probe"}])
+                      callbacks=[probe, {"name": "heldout_guard", "metric": "heldout/probe"}])
     trainer.train()
-    assert _steps(trainer, "heldout_guard/restored") == [1] and _steps(trainer, "heldout_guard/best_step") == [0]
-    trained, start = probe.weights[3], probe.weights[0]
-    assert any(not torch.equal(trained[n], start[n]) for n in start)  # training moved the weights
-    assert weights_gap(trainer) == 0.0  # the engine holds what the trainer holds: the start
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    assert all(torch.equal(p, start[n]) for n, p in model.named_parameters())
+    assert _steps(trainer, "heldout_guard/restored") == [1] and _steps(trainer, "heldout_guard/best_step") == [2]
+    assert not list(Path(args.output_dir).glob("checkpoint-*"))
+    model = policy(trainer)
+    assert all(torch.equal(p, probe.weights[2][n]) for n, p in model.named_parameters())
+    ids = probe_ids(trainer)
+    engine, restored = engine_logprobs(trainer, ids), model_logprobs(model, ids)
+    last, start = _logprobs_with(model, probe.weights[5], ids), _logprobs_with(model, probe.weights[0], ids)
+    tol = tolerance(model, ids, restored)
+    assert gap(engine, restored) < tol, (gap(engine, restored), tol)
+    assert gap(engine, last) > 2 * tol and gap(engine, start) > 2 * tol, (gap(engine, last), gap(engine, start), tol)
+
+
+def _logprobs_with(model, weights: dict, ids: list[int]) -> torch.Tensor:
+    """The model's log-probs of ``ids`` with ``weights`` loaded, its own weights put back after."""
+    own = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(weights[n])
+        try:
+            return model_logprobs(model, ids)
+        finally:
+            for n, p in model.named_parameters():
+                p.copy_(own[n])
+
+
+class EvalFavoursStep2:
+    """``mostly_flat`` in training; in TRL's evaluation, 1.0 more at step 2 than at any other step, so the guard on
+    ``eval_reward`` must keep step 2 and restore it after step 4, whatever the sampled completions."""
+
+    __name__ = "eval_favours_step_2"
+
+    def __init__(self):
+        self.trainer = None
+
+    def __call__(self, completions, signal, **kwargs):
+        base = _mostly_flat()(completions, signal)
+        if self.trainer is not None and not self.trainer.model.training and self.trainer.state.global_step == 2:
+            return [b + 1.0 for b in base]
+        return base
 
 
 def test_trls_evaluation_between_steps_and_the_guard_on_its_reward_under_vllm(gpt2_dir, flat_data, tmp_path):
     """TRL's own evaluation (an eval_dataset, eval_strategy steps) generates through vLLM between training steps; the
-    guard selects on its eval_reward. Every evaluation samples the weights of the step it evaluates."""
+    guard selects on its eval_reward, keeps step 2 and restores it after step 4. Every evaluation samples the weights
+    of the step it evaluates, and after the restore the engine samples step 2's weights, not step 4's."""
     args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, eval_strategy="steps", eval_steps=2,
-                     per_device_eval_batch_size=8)
-    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
+                     per_device_eval_batch_size=8, learning_rate=3e-2)
+    reward = EvalFavoursStep2()
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[reward], args=args, train_dataset=flat_data,
                       eval_dataset=flat_data.select(range(8)), callbacks=[{"name": "heldout_guard"}])
+    reward.trainer = trainer
     recorder = SamplingRecorder(trainer)
     trainer.train()
     evaluations = [c for c in recorder.calls if not c["training"]]
     assert sorted({c["step"] for c in evaluations}) == [2, 4]
-    assert all(c["weights_gap"] == 0.0 for c in recorder.calls)
-    assert len(_steps(trainer, "eval_reward")) == 2 and _steps(trainer, "heldout_guard/best_step")
-    assert weights_gap(trainer) == 0.0  # whichever step the guard kept, vLLM holds it
+    assert_sampled_current_weights(recorder.calls)
+    assert len(_steps(trainer, "eval_reward")) == 2
+    assert _steps(trainer, "heldout_guard/best_step") == [2] and _steps(trainer, "heldout_guard/restored") == [1]
+    ids = recorder.ids
+    tol = assert_samples_trainers_weights(trainer, ids)  # the restored step 2
+    assert gap(engine_logprobs(trainer, ids), evaluations[-1]["logprobs"]) > 2 * tol  # not step 4's, last synced
 
 
 def test_a_resumed_run_generates_from_the_checkpoints_weights(gpt2_dir, flat_data, tmp_path):
     """The engine starts from the model's files; a run resumed from a checkpoint must sample the checkpoint's weights
     from its first generation on (TRL syncs when the step differs from the last synced one)."""
-    args = vllm_args(tmp_path, max_steps=2, max_completion_length=8, save_strategy="steps", save_steps=2)
+    args = vllm_args(tmp_path, max_steps=2, max_completion_length=8, save_strategy="steps", save_steps=2,
+                     learning_rate=3e-2)
     Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data).train()
-    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, save_strategy="no")
+    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, save_strategy="no", learning_rate=3e-2)
     trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data)
     recorder = SamplingRecorder(trainer)
     trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert [c["step"] for c in recorder.calls] == [2, 3]
-    assert all(c["weights_gap"] == 0.0 for c in recorder.calls)
+    assert_sampled_current_weights(recorder.calls, shown_stale_at_least=0)  # the power is shown below
+    # the first generation sampled the checkpoint's weights, which the engine's start (the model's files) is not
+    from transformers import AutoModelForCausalLM
+
+    ids = probe_ids(trainer)
+    start = model_logprobs(AutoModelForCausalLM.from_pretrained(str(gpt2_dir)), ids)
+    checkpoint = model_logprobs(AutoModelForCausalLM.from_pretrained(str(tmp_path / "checkpoint-2")), ids)
+    assert gap(start, checkpoint) > 2 * recorder.calls[0]["tol"] > 2 * recorder.calls[0]["gap"]
 
 
 # ---- skip_nonfinite -----------------------------------------------------------------------------------------------
 
-def test_a_skipped_nan_step_leaves_vllm_with_the_trainers_weights(gpt2_dir, flat_data, tmp_path):
+@pytest.mark.parametrize("skip", [True, False], ids=["skip_nonfinite", "off"])
+def test_a_nan_gradient_never_reaches_what_vllm_samples(gpt2_dir, flat_data, tmp_path, skip):
+    """A NaN gradient at step 2: with rookgrpo's skip_nonfinite_updates (on by default) the step is skipped, TRL's
+    sync after it pushes the kept finite weights and the engine samples them; with it off, the NaN reaches the weights
+    and TRL pushes it into the engine, whose log-probs turn NaN (what the default prevents)."""
     from test_nonfinite import NaNGradientAt
 
     probe = NaNGradientAt(step=2)
-    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, learning_rate=1e-3)
+    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, learning_rate=3e-2, skip_nonfinite_updates=skip)
     trainer = Trainer(model=str(gpt2_dir), reward_funcs=[_mostly_flat()], args=args, train_dataset=flat_data,
-                              callbacks=[probe])
+                      callbacks=[probe])
     recorder = SamplingRecorder(trainer)
     trainer.train()
+    assert [c["step"] for c in recorder.calls] == [0, 1, 2, 3]
+    if not skip:
+        assert not math.isfinite(recorder.calls[2]["gap"])  # the engine sampled the NaN weights
+        return
     assert _steps(trainer, "skipped_updates") == [0, 1, 1, 1]
     assert all(torch.equal(probe.weights[2][n], probe.weights[1][n]) for n in probe.weights[1])  # kept out
-    assert [c["step"] for c in recorder.calls] == [0, 1, 2, 3]
-    assert all(c["weights_gap"] == 0.0 for c in recorder.calls)  # the sync after the skipped step pushed finite weights
-    assert all(torch.isfinite(p).all() for p in engine_model(trainer).parameters())
+    assert all(math.isfinite(c["gap"]) and c["gap"] < c["tol"] for c in recorder.calls)
+    assert_samples_trainers_weights(trainer)
 
 
 # ---- per-task sampling --------------------------------------------------------------------------------------------
@@ -361,7 +388,7 @@ def test_every_other_callback_trains_under_vllm(gpt2_dir, flat_data, tmp_path):
     for key in ("select/skipped", "heldout/mostly_flat", "heldout/nll", "sft_anchor/nll", "beta", "kl_cap/capped_frac",
                 "timing/generation", "sampling/sampling_logp_difference/mean"):
         assert any(k.startswith(key) for k in logged), (key, sorted(logged))
-    assert all(c["weights_gap"] == 0.0 for c in recorder.calls if c["training"])
+    assert_sampled_current_weights([c for c in recorder.calls if c["training"]])
 
 
 # ---- Qwen2 + LoRA: TRL's merged-adapter sync ---------------------------------------------------------------------
