@@ -14,7 +14,9 @@ Attributes (read or written through the helpers below, never directly by a callb
   which ``zero_std_resampling`` widens while it scores replacement rounds and rewrites to the optimised batch
   (:func:`widen_completion_table`, :func:`completion_table`, :func:`rewrite_completion_table`). Relies on: a dict of
   ``deque`` columns with a ``maxlen``, ``rewards`` and ``extra`` dicts of such columns.
-- ``trainer.vllm_generation`` (TRL's vLLM backend: ``sync_weights()``, ``llm``, ``mode``) and
+- ``trl.generation.vllm_generation.VLLMClient`` (the client class TRL's server mode builds):
+  :func:`replace_vllm_client`, for the CPU weight transport (:mod:`rookgrpo.vllm_cpu_transport`).
+- ``trainer.vllm_generation`` (TRL's vLLM backend: ``sync_weights()``, ``llm``, ``mode``, ``vllm_client``) and
   ``trainer._last_loaded_step`` (the step whose weights TRL last pushed to vLLM): :func:`sync_vllm_weights`, and
   :mod:`rookgrpo.vllm_compat` (vLLM's own internals) for the engine.
 - ``trl.trainer.grpo_trainer.use_adapter`` (``zero_std_resampling``'s reference log-probs of a PEFT model),
@@ -157,3 +159,13 @@ def sync_vllm_weights(trainer: Any) -> bool:
     trainer.vllm_generation.sync_weights()
     trainer._last_loaded_step = trainer.state.global_step
     return True
+
+
+def replace_vllm_client(cls: type) -> type:
+    """Make TRL's server mode build ``cls`` (a ``VLLMClient`` subclass with its interface) instead of TRL's client;
+    returns the class it replaced. TRL's ``VLLMGeneration`` looks the name up in its module when it starts the client."""
+    from trl.generation import vllm_generation
+
+    previous = vllm_generation.VLLMClient
+    vllm_generation.VLLMClient = cls
+    return previous

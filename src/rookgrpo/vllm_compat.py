@@ -114,7 +114,7 @@ def enable_cpu_weight_reload(trainer: Any) -> bool:
             return sync(*args, **kwargs)
         finally:
             finalize_layerwise_reload(model, model_config)
-            _repack_kept_weights(model)
+            repack_kept_weights(model)
 
     sync_weights._rookgrpo_cpu_reload = True
     generation.sync_weights = sync_weights
@@ -136,16 +136,51 @@ def release_engine(trainer: Any) -> None:
         gc.collect()
 
 
-def _repack_kept_weights(model) -> None:
+def repack_kept_weights(model) -> int:
     """Rebuild the CPU GEMM kernels of layers that keep their weight (embeddings and LM heads, whose packed copy vLLM
-    made at load time). A tied LM head (GPT-2's, Qwen2's) loads no weight of its own in a reload, so vLLM's layerwise
-    reload puts its old kernel back, and the engine's logits would stay those of the weights it started with while
-    the embedding moved (measured: log-probs 0.95 nats/token from the trainer's after 6 steps at learning rate 5e-2)."""
+    made at load time); returns how many it rebuilt. A tied LM head (GPT-2's, Qwen2's) loads no weight of its own in a
+    reload, so vLLM's layerwise reload puts its old kernel back, and the engine's logits would stay those of the
+    weights it started with while the embedding moved (measured: log-probs 0.95 nats/token from the trainer's after 6
+    steps at learning rate 5e-2). Used after every reload into a CPU engine, colocated
+    (:func:`enable_cpu_weight_reload`) or a server (:mod:`rookgrpo.vllm_cpu_transport`).
+
+    vLLM's CPU layers hold their kernel as ``cpu_linear`` (0.31); a vLLM that renamed it would leave the head stale
+    without a word, so a model whose unquantized layers have none is refused, naming the version checked."""
+    rebuilt, unquantized = 0, 0
     for module in model.modules():
         method = getattr(module, "quant_method", None)
+        if method is None or not type(method).__name__.startswith("Unquantized"):
+            continue
+        unquantized += 1
         weight = getattr(module, "weight", None)
-        if hasattr(module, "cpu_linear") and method is not None and weight is not None and weight.numel() > 0:
+        if hasattr(module, "cpu_linear") and weight is not None and weight.numel() > 0:
             method.process_weights_after_loading(module)
+            rebuilt += 1
+    if unquantized and _on_cpu() and not any(hasattr(m, "cpu_linear") for m in model.modules()):
+        raise RuntimeError(
+            f"vLLM {_vllm_version()}'s CPU layers have no cpu_linear kernel, which rookgrpo rebuilds after each weight "
+            f"reload (checked against vLLM {', '.join(CHECKED_VLLM)}): a tied LM head would keep its start kernel. "
+            "Install the checked vLLM (constraints-vllm.txt).")
+    return rebuilt
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def check_repack_internals() -> None:
+    """Raise ``RuntimeError`` when vLLM no longer has the CPU GEMM dispatch :func:`repack_kept_weights` relies on."""
+    try:
+        from vllm.model_executor.layers import utils
+    except ImportError:
+        utils = None
+    if not hasattr(utils, "dispatch_cpu_unquantized_gemm"):
+        raise RuntimeError(
+            f"vLLM {_vllm_version()} has no model_executor.layers.utils.dispatch_cpu_unquantized_gemm, whose kernels "
+            f"rookgrpo rebuilds after a weight reload on CPU (checked against vLLM {', '.join(CHECKED_VLLM)}). Install "
+            "the checked vLLM (constraints-vllm.txt).")
 
 
 def _vllm_version() -> str:
