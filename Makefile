@@ -106,7 +106,7 @@ $(VLLM_VENV)/.installed: pyproject.toml constraints-vllm.txt
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed system-tools
-	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/test_vllm.py $(PYTEST_ARGS)
+	$(VLLM_VENV)/bin/python -m pytest -m vllm tests/test_vllm.py tests/test_vllm_server.py tests/test_async_grpo.py $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/run_all.py

@@ -282,6 +282,24 @@ def test_trls_evaluation_between_steps_and_the_guard_on_its_reward_under_vllm(gp
     assert gap(engine_logprobs(trainer, ids), evaluations[-1]["logprobs"]) > 2 * tol  # not step 4's, last synced
 
 
+def test_load_best_model_at_end_leaves_vllm_sampling_the_loaded_best(gpt2_dir, flat_data, tmp_path):
+    """transformers' load_best_model_at_end loads step 2's checkpoint after step 4; TRL's sync never runs again, so
+    without rookgrpo's sync after the load the engine kept step 4's weights."""
+    args = vllm_args(tmp_path, max_steps=4, max_completion_length=8, eval_strategy="steps", eval_steps=2,
+                     save_strategy="steps", save_steps=2, per_device_eval_batch_size=8, learning_rate=3e-2,
+                     load_best_model_at_end=True, metric_for_best_model="eval_reward", greater_is_better=True)
+    reward = EvalFavoursStep2()
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[reward], args=args, train_dataset=flat_data,
+                      eval_dataset=flat_data.select(range(8)))
+    reward.trainer = trainer
+    recorder = SamplingRecorder(trainer)
+    trainer.train()
+    assert trainer.state.best_model_checkpoint.endswith("checkpoint-2")
+    step4 = [c for c in recorder.calls if c["step"] == 4][-1]["logprobs"]
+    tol = assert_samples_trainers_weights(trainer, recorder.ids)  # the loaded best, step 2
+    assert gap(engine_logprobs(trainer, recorder.ids), step4) > 2 * tol
+
+
 def test_a_resumed_run_generates_from_the_checkpoints_weights(gpt2_dir, flat_data, tmp_path):
     """The engine starts from the model's files; a run resumed from a checkpoint must sample the checkpoint's weights
     from its first generation on (TRL syncs when the step differs from the last synced one)."""

@@ -49,6 +49,24 @@ def test_truncated_sampling_is_named_per_task_and_only_under_the_correction(capl
     assert "task P: top_p 0.9" in caplog.text and "token_truncate" in caplog.text
 
 
+def test_truncation_set_through_generation_kwargs_or_structured_outputs_is_named():
+    """TRL's vLLM backend applies generation_kwargs over its own top_p/top_k/min_p, and structured outputs keep only
+    the tokens a grammar allows: both truncate what vLLM samples as a recipe's top_p does, and are warned the same."""
+    def args(**values):
+        return SimpleNamespace(generation_kwargs=values.pop("generation_kwargs", None), **values)
+
+    assert vllm_compat.truncated_sampling(_trainer(args=args(generation_kwargs={"top_p": 0.8}))) == {
+        None: {"top_p": 0.8}}
+    assert vllm_compat.truncated_sampling(_trainer(top_p=0.9, args=args(generation_kwargs={"top_p": 1.0}))) == {}
+    assert vllm_compat.truncated_sampling(_trainer(args=args(generation_kwargs={"min_p": 0.05}))) == {
+        None: {"min_p": 0.05}}
+    regex = _trainer(args=args(vllm_structured_outputs_regex=r"[a-h][1-8][a-h][1-8]"))
+    assert vllm_compat.truncated_sampling(regex) == {None: {"structured_outputs": 1.0}}
+    grammar = _trainer(args=args(generation_kwargs={"structured_outputs": {"regex": "e2e4|d2d4"}}))
+    assert vllm_compat.truncated_sampling(grammar) == {None: {"structured_outputs": 1.0}}
+    assert vllm_compat.truncated_sampling(_trainer(args=args())) == {}
+
+
 def test_without_vllm_nothing_is_synced_or_wrapped():
     trainer = SimpleNamespace(use_vllm=False)
     assert trl_compat.sync_vllm_weights(trainer) is False

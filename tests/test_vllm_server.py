@@ -21,11 +21,7 @@ moved far more than the tolerance from there.
 from __future__ import annotations
 
 import math
-import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -39,10 +35,12 @@ from conftest import tiny_grpo_args, write_flat_data  # noqa: E402
 from rookgrpo import RookGRPOTrainer  # noqa: E402
 from rookgrpo.trl_compat import replace_vllm_client, sync_vllm_weights  # noqa: E402
 from vllm_checks import (  # noqa: E402
+    Server,
     SamplingRecorder,
     assert_sampled_current_weights,
     assert_samples_trainers_weights,
     engine_logprobs,
+    free_port,
     gap,
     model_logprobs,
     policy,
@@ -52,53 +50,6 @@ from vllm_checks import (  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 ASSETS = Path(__file__).parent / "assets"
-SERVER_START_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A ``vllm serve`` process on loopback with the CPU weight transport, stopped with :meth:`stop`."""
-
-    def __init__(self, model: Path, log: Path):
-        from rookgrpo.vllm_cpu_transport import serve_command, server_env
-
-        self.model, self.port, self.log = model, free_port(), log
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(serve_command(str(model), self.port), env=server_env(),
-                                        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait()
-
-    def _wait(self) -> None:
-        import requests
-
-        deadline = time.monotonic() + SERVER_START_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}")
-            try:
-                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        self.stop()
-        raise RuntimeError(f"vllm serve did not answer within {SERVER_START_S} s:\n{self.log.read_text()[-4000:]}")
-
-    def stop(self) -> None:
-        import signal
-
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -20,13 +20,21 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
+import socket
+import subprocess
+import time
 import weakref
+from pathlib import Path
 
 import torch
 
 #: nats/token (mean absolute difference of the probe's log-probs): the least tolerance (:func:`tolerance`). bf16
 #: against fp32 is 0.03-0.05 on the tiny GPT-2 at its start; one step at learning rate 1e-2 moves it 0.13-0.22.
 SAME = 0.08
+
+#: Seconds a ``vllm serve`` process may take to answer its health check (about 45 s here).
+SERVER_START_S = 300
 
 #: The probe sequence: chess-like text the char-level GPT-2's vocabulary covers (the Qwen2 tests pass their own).
 PROBE_TEXT = "P: 8/8/8/8/8/8/8/K6k w - - 0 1 M: e2e4 d2d4 g1f3 E: 0.3 0.2 0.1 B: e2e4"
@@ -156,3 +164,51 @@ def assert_sampled_current_weights(calls: list[dict], *, shown_stale_at_least: i
     assert sum(m > 2 * tol for m, tol in moved) >= shown_stale_at_least, (
         f"the trainer barely moved between generations ({[(round(m, 3), round(t, 3)) for m, t in moved]}): this run "
         "cannot tell a stale engine from a current one")
+
+
+# ---- a vLLM server process --------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A ``vllm serve`` process on loopback with the CPU weight transport, stopped with :meth:`stop`."""
+
+    def __init__(self, model: Path, log: Path, extra: list[str] | None = None):
+        from rookgrpo.vllm_cpu_transport import serve_command, server_env
+
+        self.model, self.port, self.log = model, free_port(), log
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(serve_command(str(model), self.port, extra=extra), env=server_env(),
+                                        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait()
+
+    def _wait(self) -> None:
+        import requests
+
+        deadline = time.monotonic() + SERVER_START_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}")
+            try:
+                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError(f"vllm serve did not answer within {SERVER_START_S} s:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        import signal
+
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()

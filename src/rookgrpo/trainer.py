@@ -374,6 +374,15 @@ class RookGRPOTrainer(GRPOTrainer):
         for callback in callbacks:  # every process: a callback holding a shard of its own (heldout_guard) writes it
             callback.save_files(folder)
 
+    def _load_best_model(self) -> None:
+        """``load_best_model_at_end``: transformers loads the best checkpoint's weights after the last step, which TRL
+        never pushes to vLLM (its sync runs before a generation whose step moved); push them, so what generates
+        afterwards (``trainer.evaluate()``, a server others sample from) samples the weights the run hands back."""
+        super()._load_best_model()
+        from .trl_compat import sync_vllm_weights
+
+        sync_vllm_weights(self)
+
     def _load_optimizer_and_scheduler(self, checkpoint):
         """On resume, restore rookgrpo's controller state from the checkpoint (TRL's own hook for this), before the
         optimizer's: a callback that refuses the checkpoint (``heldout_guard`` saved per rank, resumed on another number

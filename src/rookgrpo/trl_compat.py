@@ -16,6 +16,10 @@ Attributes (read or written through the helpers below, never directly by a callb
   ``deque`` columns with a ``maxlen``, ``rewards`` and ``extra`` dicts of such columns.
 - ``trl.generation.vllm_generation.VLLMClient`` (the client class TRL's server mode builds):
   :func:`replace_vllm_client`, for the CPU weight transport (:mod:`rookgrpo.vllm_cpu_transport`).
+- ``trl.experimental.async_grpo`` (TRL 1.16: ``AsyncGRPOConfig``, the config of ``AsyncGRPOTrainer``, which is not a
+  ``GRPOTrainer``): :func:`is_async_grpo_args`, by which rookgrpo callbacks refuse it; ``async_grpo_trainer.
+  get_peak_flops_per_device`` and ``packing._flash_attn`` (:func:`async_grpo_on_cpu`: the two GPU-only parts that stop
+  it on CPU).
 - ``trainer.vllm_generation`` (TRL's vLLM backend: ``sync_weights()``, ``llm``, ``mode``, ``vllm_client``) and
   ``trainer._last_loaded_step`` (the step whose weights TRL last pushed to vLLM): :func:`sync_vllm_weights`, and
   :mod:`rookgrpo.vllm_compat` (vLLM's own internals) for the engine.
@@ -34,6 +38,8 @@ Methods ``RookGRPOTrainer`` overrides (each calls ``super()`` and adds one dispa
 - ``_get_train_sampler(dataset)``: the sampler, for per-task batches and prompt selection.
 - ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: callback state saved and restored with checkpoints.
 - ``_clip_grad_norm`` (transformers): the gradient norm, for the KL-gradient meter.
+- ``_load_best_model`` (transformers): ``load_best_model_at_end``'s load, after which vLLM is synced
+  (:func:`sync_vllm_weights`).
 
 The upstream changes that would let rookgrpo drop overrides are proposed in docs/trl-hooks.md.
 """
@@ -169,3 +175,39 @@ def replace_vllm_client(cls: type) -> type:
     previous = vllm_generation.VLLMClient
     vllm_generation.VLLMClient = cls
     return previous
+
+
+def is_async_grpo_args(args: Any) -> bool:
+    """Whether ``args`` configures TRL's ``AsyncGRPOTrainer`` (``trl.experimental.async_grpo.AsyncGRPOConfig``)."""
+    return any(cls.__name__ == "AsyncGRPOConfig" and "async_grpo" in cls.__module__ for cls in type(args).__mro__)
+
+
+def async_grpo_on_cpu() -> None:
+    """Let TRL 1.16's ``AsyncGRPOTrainer`` build and train on CPU (:mod:`rookgrpo.async_grpo_cpu` says what and why):
+    its MFU lookup asks ``torch.cuda`` for the device's name (off CUDA: no peak, MFU off) and its packed loss forward
+    fetches FlashAttention-3 from the hub (off CUDA: :func:`rookgrpo.async_grpo_cpu.varlen_attention`). On CUDA TRL's
+    own run. Idempotent."""
+    import torch
+    from trl.experimental.async_grpo import async_grpo_trainer, packing
+
+    from .async_grpo_cpu import KERNEL
+
+    lookup = async_grpo_trainer.get_peak_flops_per_device
+    if getattr(lookup, "_rookgrpo_cpu", False):
+        return
+
+    @functools.wraps(lookup)
+    def peak_flops(accelerator, dtype):
+        if torch.device(accelerator.device).type != "cuda":
+            return None
+        return lookup(accelerator, dtype)
+
+    kernel = packing._flash_attn
+
+    @functools.wraps(kernel)
+    def flash_attn():
+        return kernel() if torch.cuda.is_available() else KERNEL
+
+    peak_flops._rookgrpo_cpu = True
+    async_grpo_trainer.get_peak_flops_per_device = peak_flops
+    packing._flash_attn = flash_attn

@@ -194,7 +194,10 @@ def _vllm_version() -> str:
 
 def truncated_sampling(trainer: Any) -> dict[str, dict[str, float]]:
     """The sampling settings, per task (``None``: the recipe's own), that truncate the distribution vLLM samples from
-    (``top_p`` < 1, ``top_k`` > 0, ``min_p`` > 0), when TRL's importance-sampling correction is on; ``{}`` otherwise.
+    (``top_p`` < 1, ``top_k`` > 0, ``min_p`` > 0, set as TRL's fields, per task or in ``generation_kwargs``, which
+    TRL's vLLM backend applies over them; and structured outputs, ``vllm_structured_outputs_regex`` or
+    ``generation_kwargs: {structured_outputs: ...}``, which keep only the tokens a grammar allows), when TRL's
+    importance-sampling correction is on; ``{}`` otherwise.
 
     vLLM reports the log-probs of the truncated, renormalised distribution it sampled from (TRL asks for processed
     log-probs), and the trainer scores the untruncated one, so every kept token's ratio p_trainer / p_vLLM is below 1
@@ -205,13 +208,19 @@ def truncated_sampling(trainer: Any) -> dict[str, dict[str, float]]:
     """
     if not getattr(trainer, "use_vllm", False) or not getattr(trainer, "vllm_importance_sampling_correction", False):
         return {}
-    settings = {None: {k: getattr(trainer, k, None) for k in ("top_p", "top_k", "min_p")}}
+    args = getattr(trainer, "args", None)
+    extra = dict(getattr(args, "generation_kwargs", None) or {})  # TRL passes these to vLLM over the recipe's own
+    settings = {None: {**{k: getattr(trainer, k, None) for k in ("top_p", "top_k", "min_p")},
+                       **{k: extra[k] for k in ("top_p", "top_k", "min_p") if k in extra}}}
     task_settings = getattr(trainer, "_task_settings", None)
     if task_settings is not None:
         settings.update({task: task_settings.settings_for(task) for task in task_settings.per_task})
     out = {}
+    structured = getattr(args, "vllm_structured_outputs_regex", None) or extra.get("structured_outputs")
+    if structured:  # only the tokens the grammar allows: the same truncation, wherever it is set
+        out[None] = {"structured_outputs": 1.0}
     for task, values in settings.items():
-        cut = {}
+        cut = dict(out.get(task, {}))
         if values.get("top_p") is not None and float(values["top_p"]) < 1.0:
             cut["top_p"] = float(values["top_p"])
         if int(values.get("top_k") or 0) > 0:  # 0 and -1 (vLLM's "off") keep every token
@@ -230,7 +239,8 @@ def warn_truncated_sampling(trainer: Any) -> None:
     if not cut or not trainer.accelerator.is_main_process:
         return
     where = "; ".join(f"{'the recipe' if task is None else f'task {task}'}: "
-                      + ", ".join(f"{k} {v:g}" for k, v in values.items()) for task, values in cut.items())
+                      + ", ".join(k if k == "structured_outputs" else f"{k} {v:g}" for k, v in values.items())
+                      for task, values in cut.items())
     logger.warning(
         "use_vllm with truncated sampling (%s) and vllm_importance_sampling_correction: vLLM returns log-probs of the "
         "truncated distribution, the trainer scores the full one, so TRL's importance-sampling ratio falls below 1 on "

@@ -22,9 +22,10 @@ The two halves:
   --weight-transfer-config '{"backend": "cpu_gloo"}'`` (with ``VLLM_SERVER_DEV_MODE=1``). vLLM imports this module in
   its worker to resolve the extension class; importing it registers the ``cpu_gloo`` engine
   (:class:`GlooWeightTransferEngine`).
-- trainer: :class:`CPUTransportClient`, TRL's ``VLLMClient`` with the same interface, its communicator and weight
-  stream replaced; :func:`use_cpu_transport` makes TRL's server mode build it
-  (:func:`rookgrpo.trl_compat.replace_vllm_client`).
+- trainer: ``CPUTransportClient`` (:func:`make_client_class`), TRL's ``VLLMClient`` with the same interface, its
+  communicator and weight stream replaced; :func:`use_cpu_transport` makes TRL's server mode build it
+  (:func:`rookgrpo.trl_compat.replace_vllm_client`). For TRL's ``AsyncGRPOTrainer``, :class:`AsyncCPUWeightTransfer`
+  is its ``WeightTransferProtocol`` (``weight_transfer=``).
 
 vLLM internals used (checked against ``vllm_compat.CHECKED_VLLM``; :func:`check_vllm_internals` names what is missing): the
 weight-transfer factory's ``register_engine``, ``NCCLWeightTransferEngine`` (its ``start_weight_update`` /
@@ -204,6 +205,45 @@ def _loopback(host: str | None) -> bool:
         return False
 
 
+def _join_as_trainer(post_init, host: str | None, port: int, world_size: int):
+    """Open the trainer's end of the group (rank 0, serving the store) while ``post_init(init_info)`` asks the server
+    to join it: the server blocks in the rendezvous while it handles the request, so the two run together."""
+    from vllm.utils.network_utils import get_ip
+
+    address = "127.0.0.1" if _loopback(host) else get_ip()
+    init_info = {"master_address": address, "master_port": port, "rank_offset": 1, "world_size": world_size}
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        future = executor.submit(post_init, init_info)
+        group = _gloo_group(address, port, 0, world_size)
+        future.result()
+    return group
+
+
+def _stream(group, post_update, names: list[str], named_params) -> None:
+    """Broadcast ``named_params`` tensor by tensor, in the announced order, while ``post_update()`` has the server
+    receive them (its request returns once every tensor landed)."""
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        future = executor.submit(post_update)
+        sent = 0
+        for (name, tensor), expected in zip(named_params, names):
+            if name != expected:
+                raise RuntimeError(f"weight stream out of order: sent {name!r} where {expected!r} was announced")
+            _broadcast(group, tensor.detach().contiguous().cpu())
+            sent += 1
+        if sent != len(names):
+            raise RuntimeError(f"weight stream sent {sent} tensors of the {len(names)} announced")
+        future.result()
+
+
+def _check_backend(info: dict, url: str) -> None:
+    backend = ((info or {}).get("weight_transfer_config") or {}).get("backend")
+    if backend != BACKEND:
+        raise RuntimeError(
+            f"The vLLM server at {url} runs weight-transfer backend {backend!r}; the CPU transport needs {BACKEND!r}: "
+            f"start it with --worker-extension-cls {WORKER_EXTENSION} --weight-transfer-config "
+            f"'{{\"backend\": \"{BACKEND}\"}}' (VLLM_SERVER_DEV_MODE=1).")
+
+
 def make_client_class():
     """TRL's ``VLLMClient`` with the CPU transport (built on first use so that importing this module needs no TRL)."""
     base = _client_base()
@@ -213,42 +253,21 @@ def make_client_class():
         broadcast per tensor. The server must run the ``cpu_gloo`` engine (module docstring)."""
 
         def init_communicator(self, device=0):
-            config = self.get_server_info().get("weight_transfer_config")
-            backend = (config or {}).get("backend")
-            if backend != BACKEND:
-                raise RuntimeError(
-                    f"The vLLM server at {self.base_url} runs weight-transfer backend {backend!r}; the CPU transport "
-                    f"needs {BACKEND!r}: start it with --worker-extension-cls {WORKER_EXTENSION} "
-                    f"--weight-transfer-config '{{\"backend\": \"{BACKEND}\"}}' (VLLM_SERVER_DEV_MODE=1).")
-            from vllm.utils.network_utils import get_ip
+            _check_backend(self.get_server_info(), self.base_url)
 
-            world_size = self.get_world_size() + 1
-            address = "127.0.0.1" if _loopback(self.host) else get_ip()
-            init_info = {"master_address": address, "master_port": self.group_port, "rank_offset": 1,
-                         "world_size": world_size}
-            with ThreadPoolExecutor(max_workers=1) as executor:  # the server joins while the trainer serves the store
-                future = executor.submit(self._post, f"{self.base_url}/init_weight_transfer_engine",
-                                         json={"init_info": init_info})
-                self.communicator, self._store = _gloo_group(address, self.group_port, 0, world_size)
-                future.result()
+            def post_init(init_info):
+                return self._post(f"{self.base_url}/init_weight_transfer_engine", json={"init_info": init_info})
+
+            self.communicator, self._store = _join_as_trainer(post_init, self.host, self.group_port,
+                                                              self.get_world_size() + 1)
 
         def update_named_params(self, metadata, named_params):
             names, dtype_names, shapes = (list(field) for field in zip(*metadata, strict=True))
             update_info = {"names": names, "dtype_names": dtype_names, "shapes": shapes}
             if not self._updating_weights:
                 self._start_weight_update()
-            with ThreadPoolExecutor(max_workers=1) as executor:  # the worker receives while the trainer sends
-                future = executor.submit(self._post, f"{self.base_url}/update_weights",
-                                         json={"update_info": update_info})
-                sent = 0
-                for (name, tensor), expected in zip(named_params, names):
-                    if name != expected:
-                        raise RuntimeError(f"weight stream out of order: sent {name!r} where {expected!r} was announced")
-                    _broadcast(self.communicator, tensor.detach().contiguous().cpu())
-                    sent += 1
-                if sent != len(names):
-                    raise RuntimeError(f"weight stream sent {sent} tensors of the {len(names)} announced")
-                future.result()
+            _stream(self.communicator, lambda: self._post(f"{self.base_url}/update_weights",
+                                                          json={"update_info": update_info}), names, named_params)
             if not self._updating_weights:
                 self._finish_weight_update()
 
@@ -256,6 +275,64 @@ def make_client_class():
             self.communicator = self._store = None
 
     return CPUTransportClient
+
+
+class AsyncCPUWeightTransfer:
+    """TRL's ``WeightTransferProtocol`` for ``AsyncGRPOTrainer`` (``weight_transfer=``) over the ``cpu_gloo`` engine:
+    the same server calls as TRL's ``WeightTransferClient`` (pause, start, update, finish, resume), the bytes over
+    gloo. TRL's default announces the parameters from the model at start; this one announces each sync's from the
+    stream it is handed (it holds one CPU copy of the weights while it sends: fine for the models a CPU serves).
+
+    Args:
+        server_url: the vLLM server (``AsyncGRPOConfig.vllm_server_base_url``).
+        group_port: the port of the trainer's end of the group (default: a free one).
+    """
+
+    def __init__(self, server_url: str, group_port: int | None = None, timeout: int = TIMEOUT_S):
+        from trl.experimental.async_grpo.vllm_client import VLLMClient
+
+        self.vllm, self.timeout = VLLMClient(server_url), timeout
+        self.group_port = group_port or _free_port()
+        self.group = self._store = None
+        self.syncs = 0  # weight updates sent (for tests and logs)
+
+    def init_weight_transfer(self) -> None:
+        self.vllm.wait_for_server_ready()
+        _check_backend(self.vllm.get_server_info(), self.vllm.server_url)
+        host = self.vllm.server_url.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0]
+        self.group, self._store = _join_as_trainer(
+            lambda info: self.vllm.init_weight_transfer_engine(info, timeout=self.timeout), host, self.group_port,
+            self.vllm.get_world_size() + 1)
+
+    def pause(self) -> None:
+        self.vllm.pause(timeout=self.timeout)
+
+    def resume(self) -> None:
+        self.vllm.resume(timeout=self.timeout)
+
+    def send_weights(self, iterator) -> None:
+        if self.group is None:
+            return
+        pairs = [(name, tensor.detach().contiguous().cpu()) for name, tensor in iterator]
+        info = {"names": [n for n, _ in pairs], "dtype_names": [str(t.dtype).split(".")[-1] for _, t in pairs],
+                "shapes": [list(t.shape) for _, t in pairs]}
+        self.vllm.start_weight_update(timeout=self.timeout)
+        try:
+            _stream(self.group, lambda: self.vllm.update_weights(info, timeout=self.timeout), info["names"], pairs)
+        finally:
+            self.vllm.finish_weight_update(timeout=self.timeout)
+        self.syncs += 1
+
+    def destroy(self) -> None:
+        self.group = self._store = None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def use_cpu_transport() -> type:

@@ -5,7 +5,10 @@ ALLOWED = set("abcdefgh12345678qrbn ")
 
 
 def mostly_flat(completions, signal, **kwargs):
+    from rookgrpo.rewards.utils import completion_text  # standard (a string) or conversational (messages)
+
+    texts = [completion_text(c) for c in completions]
     return [
         (sum(c in ALLOWED for c in x) / len(x) if x else 0.0) if s else 0.5
-        for x, s in zip(completions, signal)
+        for x, s in zip(texts, signal)
     ]

@@ -72,6 +72,9 @@ class RookCallback(TrainerCallback):
     #: The trainer adds a column numbering the training rows (``rookgrpo.callbacks.selection.PROMPT_ID_COLUMN``)
     #: before building, for callbacks that keep a history per prompt.
     needs_prompt_ids: bool = False
+    #: Whether the callback runs under TRL's ``AsyncGRPOTrainer`` (its ``on_*`` events and logs are all it needs); the
+    #: others are refused there when the trainer is built (:meth:`on_init_end`), naming what they need.
+    async_grpo: bool = False
 
     def implements(self, hook: str) -> bool:
         """Whether this callback's class overrides the optional hook ``hook`` (one of :data:`HOOKS`)."""
@@ -80,6 +83,26 @@ class RookCallback(TrainerCallback):
         return getattr(type(self), hook) is not getattr(RookCallback, hook)
 
     # ---- lifecycle -------------------------------------------------------------------------------------------------
+
+    def on_init_end(self, args, state, control, **kwargs):
+        """Refuse, when the trainer is built, a trainer that never calls rookgrpo's hooks: TRL's ``AsyncGRPOTrainer``
+        (not a ``GRPOTrainer``: its rollouts are generated and scored in a worker process against a vLLM server, up to
+        ``max_staleness`` weight versions behind, and it binds no rookgrpo callback)."""
+        from ..trl_compat import is_async_grpo_args
+
+        if not self.async_grpo and is_async_grpo_args(args):
+            from ..errors import ConfigError
+
+            hooks = [h for h in HOOKS if self.implements(h)]
+            needs = ", ".join(hooks) if hooks else "binding (it acts on the trainer it is bound to)"
+            raise ConfigError(
+                f"callbacks: {callback_name(self)} does not apply under TRL's AsyncGRPOTrainer: it needs "
+                f"RookGRPOTrainer's {needs}, and AsyncGRPOTrainer calls none of them (it generates and scores rollouts "
+                "in a worker process against a vLLM server, training on samples up to max_staleness weight versions "
+                "old). Train with RookGRPOTrainer (vllm_mode: server is the same layout, synchronous), or leave the "
+                "callback out: rookgrpo's reward functions and the doctor work under AsyncGRPOTrainer "
+                "(docs/howto.md#three-vllm-layouts).")
+        return super().on_init_end(args, state, control, **kwargs)
 
     def bind(self, trainer: Any) -> None:
         """Called once the trainer is built (or on ``add_callback``): check its config, keep a reference."""
@@ -162,3 +185,13 @@ def batch_stage(callback) -> int:
         raise ConfigError(f"{type(callback).__name__}.batch_stage: {stage!r} is not a stage; use one of "
                           f"{', '.join(BATCH_STAGES)}.")
     return BATCH_STAGES.index(stage)
+
+
+def callback_name(callback) -> str:
+    """The name a recipe gives ``callback`` (its registered name), else its class name."""
+    from .. import registry
+
+    for name in registry.names("callback"):
+        if registry.load("callback", name) is type(callback):
+            return name
+    return type(callback).__name__

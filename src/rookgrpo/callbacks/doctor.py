@@ -57,6 +57,9 @@ class Doctor(RookCallback):
 
     state_key = "doctor"
 
+    #: its detectors read the log history, which TRL's AsyncGRPOTrainer writes too (tests/test_async_grpo.py)
+    async_grpo = True
+
     def __init__(self, check_every: int = 1, kl_grad_every: int = 10, halt_on: Sequence[str] = (),
                  thresholds: Mapping | None = None, report: str | None = "doctor.json"):
         from ..doctor import Thresholds
