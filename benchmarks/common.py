@@ -20,6 +20,18 @@ def finish(result: dict, out: str | None) -> dict:
     return result
 
 
+def cpu_features() -> str:
+    """The CPU's vector extensions that change vLLM's CPU kernels (AMX, AVX-512, AVX2), as /proc/cpuinfo lists them."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown CPU features"
+    found = [f for f in ("amx_tile", "avx512_bf16", "avx512f", "avx2") if f in flags]
+    kind = "AMX" if "amx_tile" in flags else "AVX-512" if "avx512f" in flags else "AVX2 only" if "avx2" in flags else \
+        "no AVX2"
+    return f"{kind} ({', '.join(found) or 'none of amx_tile, avx512f, avx2'})"
+
+
 def provenance() -> dict:
     repo = Path(__file__).resolve().parents[1]
 

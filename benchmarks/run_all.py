@@ -69,6 +69,8 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     # vLLM generation on vLLM's CPU build (it runs itself in .venv-vllm, which make test-vllm builds): the sampler
     # against the trainer, RookGRPOTrainer's step time against TRL's under vLLM, vLLM against transformers generation.
     ("vllm", "bench_vllm", []),
+    # vLLM's layouts on CPU: server mode against colocate, TRL's async GRPO against synchronous GRPO (.venv-vllm too).
+    ("vllm_layouts", "bench_vllm_layouts", []),
     # The GPU check (a GPU owner runs it without arguments), here on CPU at the full 124M shape with bf16 autocast and
     # 8 completions per step: what the CPU could rule out about the NaN gradient of the first GPU run.
     ("gpu_check_cpu", "bench_gpu_check",
@@ -155,6 +157,8 @@ def _section(name: str, script: str, level: str, model_changed: str | None, fix:
     for a packaged model that has changed since or a GRPO run trained before the scoring correction."""
     result = json.loads((RESULTS / f"{name}.json").read_text())
     lines = [f"{level} {result['title']}", "", result.get("description", ""), "", result["table"], ""]
+    for note in result.get("notes", []):  # the same command's figures from other machines, each with its source
+        lines += [note, ""]
     if result.get("command"):
         lines += [f"Command: `{result['command']}`", ""]
     if result.get("measured"):

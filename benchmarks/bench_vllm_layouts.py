@@ -1,0 +1,252 @@
+"""vLLM's layouts on CPU: server mode against colocate (step time), and TRL's async GRPO against synchronous GRPO at
+equal samples (wall time), each a ratio with its interval.
+
+Two tables, one command (it runs itself in ``.venv-vllm``, which ``make test-vllm`` builds, when vLLM is not importable
+here):
+
+1. **Server against colocate.** ``RookGRPOTrainer`` on a tiny GPT-2 (head size 32), generating through a colocated
+   engine and through a ``vllm serve`` process on this machine (the CPU weight transport,
+   :mod:`rookgrpo.vllm_cpu_transport`), built once and trained in interleaved blocks; the ratio of median step times
+   (TRL's ``step_time``: generation, the weight push before it, scoring and the update) with a 95% paired bootstrap
+   interval over blocks.
+2. **Async against synchronous.** TRL's ``AsyncGRPOTrainer`` against ``RookGRPOTrainer`` in server mode, the same
+   tiny Qwen2 (a chat model: TRL's async trainer takes conversational prompts), the same server, the same samples
+   (steps x batch), ``weight_sync_steps`` 1 and TRL's default ``max_staleness`` 4: wall time of whole runs, alternated,
+   the ratio of medians with a bootstrap interval over runs.
+
+What the CPU figures leave out (docs/benchmarks.md says it with the numbers): the trainer and the server share two
+cores here, so a server cannot generate while the trainer trains, which is the whole point of both layouts on GPUs;
+and the weights go over gloo on loopback, where NCCL would send them GPU to GPU.
+
+    python benchmarks/bench_vllm_layouts.py [--steps 4] [--blocks 8] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import cpu_features, finish  # benchmarks/common.py
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
+
+
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _serve(model: str, log: str, extra: list[str] | None = None):
+    """A ``vllm serve`` process with the CPU transport; returns (process, url) once it answers."""
+    import requests
+
+    from rookgrpo.vllm_cpu_transport import serve_command, server_env
+
+    port = _free_port()
+    process = subprocess.Popen(serve_command(model, port, extra=extra), env=server_env(), stdout=open(log, "w"),
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"vllm serve exited: {Path(log).read_text()[-3000:]}")
+        try:
+            if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                return process, url
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    process.kill()
+    raise RuntimeError("vllm serve did not start within 300 s")
+
+
+def _stop(process) -> None:
+    import signal
+
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=60)
+
+
+def _bootstrap(a: list[float], b: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Ratio of medians b/a with a 95% bootstrap interval, resampling the pairs (a[i], b[i])."""
+    rng = random.Random(seed)
+    ratio = statistics.median(b) / statistics.median(a)
+    pairs = list(zip(a, b))
+    draws = []
+    for _ in range(n):
+        sample = [rng.choice(pairs) for _ in pairs]
+        draws.append(statistics.median(y for _, y in sample) / statistics.median(x for x, _ in sample))
+    draws.sort()
+    return ratio, draws[int(0.025 * n)], draws[int(0.975 * n)]
+
+
+def server_against_colocate(tmp: str, steps: int, n_blocks: int) -> tuple[str, dict]:
+    from bench_step_time import ratio_interval, step_times
+
+    from rookgrpo import RookGRPOTrainer
+    from rookgrpo.data import load_recipe_dataset
+    from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
+    from rookgrpo.vllm_compat import release_engine
+    from rookgrpo.vllm_cpu_transport import use_cpu_transport
+
+    use_cpu_transport()
+    model = str(build_tiny_gpt2(f"{tmp}/gpt2", TinyGPT2Spec(n_embd=64, n_head=2)))
+    data = load_recipe_dataset("rookgrpo/smoke-prompts")
+    server, url = _serve(model, f"{tmp}/serve-gpt2.log")
+    try:
+        trainers = {}
+        for mode in ("colocate", "server"):
+            args = _args(f"{tmp}/{mode}", max_steps=steps, vllm_mode=mode, generation_kwargs={"min_tokens": 24},
+                         **({"vllm_server_base_url": url, "vllm_group_port": _free_port()} if mode == "server" else {}))
+            trainers[mode] = RookGRPOTrainer(model=model, reward_funcs=["uci_charset"], args=args, train_dataset=data)
+        blocks = {mode: [] for mode in trainers}
+        for block in range(n_blocks + 1):  # in turn; the first block of each warms it up
+            for mode, trainer in trainers.items():
+                measured = step_times(trainer)
+                if block:
+                    blocks[mode].append(measured)
+        release_engine(trainers["colocate"])
+    finally:
+        _stop(server)
+    ratio, low, high = ratio_interval(blocks["colocate"], blocks["server"])
+    med = {n: statistics.median([t for b in blocks[n] for t in b]) for n in blocks}
+    table = "\n".join([
+        "| RookGRPOTrainer, vLLM | median step time (s) | steps measured | ratio to colocate [95% interval] |",
+        "| --- | --- | --- | --- |",
+        f"| colocate (engine in the trainer's process) | {med['colocate']:.4f} | "
+        f"{sum(map(len, blocks['colocate']))} | 1 |",
+        f"| server (`vllm serve`, CPU weight transport) | {med['server']:.4f} | {sum(map(len, blocks['server']))} | "
+        f"**{ratio:.2f}** [{low:.2f}, {high:.2f}] |"])
+    return table, {"blocks": blocks, "ratio": ratio, "ci95": [low, high], "median": med}
+
+
+def _args(out: str, **overrides):
+    from rookgrpo import RookGRPOConfig
+
+    values = dict(output_dir=out, seed=1, use_cpu=True, bf16=False, report_to="none", save_strategy="no",
+                  learning_rate=1e-3, per_device_train_batch_size=16, num_generations=8, max_completion_length=24,
+                  logging_steps=1, disable_tqdm=True, beta=0.0, use_vllm=True)
+    values.update(overrides)
+    return RookGRPOConfig(**values)
+
+
+def async_against_sync(tmp: str, steps: int, runs: int) -> tuple[str, dict]:
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import qwen2_5_chat_template
+    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+
+    from rookgrpo import RookGRPOTrainer
+    from rookgrpo.async_grpo_cpu import SERVER_FLAGS
+    from rookgrpo.chess.data import prepare_rookworld
+    from rookgrpo.data import load_recipe_dataset
+    from rookgrpo.models.shapes import build_qwen2_shape
+    from rookgrpo.rewards.basic import uci_charset
+    from rookgrpo.trl_compat import async_grpo_on_cpu
+    from rookgrpo.vllm_cpu_transport import AsyncCPUWeightTransfer, use_cpu_transport
+
+    use_cpu_transport()
+    async_grpo_on_cpu()
+    rows = prepare_rookworld(load_recipe_dataset("rookgrpo/tiny-rookworld-grpo"))
+    model = str(build_qwen2_shape(f"{tmp}/qwen2", list(rows["text"][:400]), hidden_size=64, num_attention_heads=2,
+                                  num_key_value_heads=1, intermediate_size=128, vocab_size=512))
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer.save_pretrained(model)
+    data = rows.select(range(64)).map(lambda r: {"prompt": [{"role": "user", "content": r["prompt"]}]},
+                                      remove_columns=["completion", "text"])
+    common = dict(max_steps=steps, per_device_train_batch_size=16, num_generations=8, max_completion_length=24,
+                  learning_rate=1e-3, report_to="none", logging_steps=1, use_cpu=True, save_strategy="no", bf16=False,
+                  seed=1, disable_tqdm=True)
+    server, url = _serve(model, f"{tmp}/serve-qwen2.log", extra=list(SERVER_FLAGS))
+    times: dict[str, list[float]] = {"sync": [], "async": []}
+    try:
+        for r in range(runs + 1):  # the first pair warms both up
+            for kind in ("sync", "async"):
+                start = time.perf_counter()
+                if kind == "sync":
+                    trainer = RookGRPOTrainer(model=model, reward_funcs=[uci_charset], train_dataset=data,
+                                              args=_args(f"{tmp}/s{r}", vllm_mode="server", vllm_server_base_url=url,
+                                                         vllm_group_port=_free_port(), **common))
+                else:
+                    trainer = AsyncGRPOTrainer(model=model, reward_funcs=[uci_charset], train_dataset=data,
+                                               args=AsyncGRPOConfig(output_dir=f"{tmp}/a{r}", vllm_server_base_url=url,
+                                                                    **common),
+                                               weight_transfer=AsyncCPUWeightTransfer(url))
+                trainer.train()
+                if kind == "sync":
+                    trainer.vllm_generation.vllm_client.close_communicator()
+                if r:
+                    times[kind].append(time.perf_counter() - start)
+    finally:
+        _stop(server)
+    ratio, low, high = _bootstrap(times["sync"], times["async"])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    samples = steps * common["per_device_train_batch_size"]
+    table = "\n".join([
+        f"| trainer (one vLLM server, {samples} completions) | wall time per run (s, median) | runs | "
+        "ratio to synchronous [95% interval] |",
+        "| --- | --- | --- | --- |",
+        f"| RookGRPOTrainer, `vllm_mode: server` | {med['sync']:.1f} | {runs} | 1 |",
+        f"| TRL `AsyncGRPOTrainer` (max_staleness 4) | {med['async']:.1f} | {runs} | **{ratio:.2f}** "
+        f"[{low:.2f}, {high:.2f}] |"])
+    return table, {"seconds": times, "median": med, "ratio": ratio, "ci95": [low, high]}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=4, help="optimizer steps per block (server) and per run (async)")
+    ap.add_argument("--blocks", type=int, default=8, help="interleaved blocks per trainer in the server table")
+    ap.add_argument("--runs", type=int, default=3, help="runs per trainer in the async table")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if not _has_vllm():  # run in the vLLM venv, as make test-vllm builds it
+        if not VLLM_PYTHON.exists():
+            raise SystemExit(f"vLLM is not installed here and {VLLM_PYTHON} does not exist: run `make test-vllm` "
+                             "once (it builds the venv), then this command again.")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = args.out or f"{tmp}/result.json"
+            subprocess.run([str(VLLM_PYTHON), __file__, *(argv or []), "--out", out], check=True, cwd=REPO)
+            return json.loads(Path(out).read_text())
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        server_table, result["server"] = server_against_colocate(tmp, args.steps, args.blocks)
+        async_table, result["async"] = async_against_sync(tmp, args.steps, args.runs)
+    import vllm
+
+    cpu = cpu_features()
+    argv_shown = [a for i, a in enumerate(argv or []) if a != "--out" and (i == 0 or (argv or [])[i - 1] != "--out")]
+    result.update({
+        "title": "vLLM layouts on CPU: server against colocate, async against synchronous GRPO",
+        "description": (
+            f"vllm-cpu {vllm.__version__}, this machine's CPU ({cpu}), trainer and server sharing its cores. Server "
+            f"against colocate: tiny GPT-2 (head size 32), 16 completions of 24 tokens a step, interleaved blocks of "
+            f"{args.steps} steps. Async against synchronous: tiny Qwen2 (chat template), {args.steps} steps of 16 "
+            "completions (8 per prompt, up to 24 tokens) per run, uci_charset reward, one server for both."),
+        "table": server_table + "\n\n" + async_table,
+        "command": " ".join(["python benchmarks/bench_vllm_layouts.py", *argv_shown]),
+    })
+    return finish(result, args.out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+    sys.exit(0)
