@@ -25,27 +25,18 @@ importable here):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import cpu_features, finish  # benchmarks/common.py
+from common import cpu_features, finish, in_vllm_venv, without_out  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 TARGET = 1.03
 PARTS = ("mismatch", "steptime", "generation")
-
-
-def _has_vllm() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
 
 
 def _models(tmp: str) -> dict[str, str]:
@@ -182,19 +173,6 @@ def generation(tmp: str, rounds: int) -> tuple[str, dict]:
     return table, {"seconds": times, "median": med}
 
 
-def _without_out(argv: list[str]) -> list[str]:
-    """The command's arguments less ``--out FILE`` (where the result went is not part of what was measured).
-
-    >>> _without_out(["--seeds", "3", "--out", "r.json"])
-    ['--seeds', '3']
-    """
-    out = list(argv)
-    while "--out" in out:
-        i = out.index("--out")
-        del out[i:i + 2]
-    return out
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", nargs="*", default=list(PARTS), choices=PARTS)
@@ -205,14 +183,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5, help="generation batches per backend in the last table")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    if not _has_vllm():  # run in the vLLM venv, as make test-vllm builds it
-        if not VLLM_PYTHON.exists():
-            raise SystemExit(f"vLLM is not installed here and {VLLM_PYTHON} does not exist: run `make test-vllm` "
-                             "once (it builds the venv), then this command again.")
-        with tempfile.TemporaryDirectory() as tmp:
-            out = args.out or f"{tmp}/result.json"
-            subprocess.run([str(VLLM_PYTHON), __file__, *(argv or []), "--out", out], check=True, cwd=REPO)
-            return json.loads(Path(out).read_text())
+    ran = in_vllm_venv(__file__, without_out(argv or []), args.out)  # in .venv-vllm when vLLM is not here
+    if ran is not None:
+        return ran
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     tables, result = [], {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -237,7 +210,7 @@ def main(argv=None):
             f"{args.steps} steps, every completion 24 tokens (min_tokens). Generation: the rookworld recipe's shape "
             "(GPT-2 124M, random weights), 4 P: prompts x 8 completions, temperature 0.5, top_p 0.9, up to 144 tokens."),
         "table": "\n\n".join(tables),
-        "command": " ".join(["python benchmarks/bench_vllm.py", *_without_out(argv or [])]),
+        "command": " ".join(["python benchmarks/bench_vllm.py", *without_out(argv or [])]),
     })
     return finish(result, args.out)
 

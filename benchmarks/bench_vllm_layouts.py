@@ -24,7 +24,6 @@ and the weights go over gloo on loopback, where NCCL would send them GPU to GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -34,16 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import cpu_features, finish  # benchmarks/common.py
+from common import cpu_features, finish, in_vllm_venv, without_out  # benchmarks/common.py
 
 REPO = Path(__file__).resolve().parents[1]
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
-
-
-def _has_vllm() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
 
 
 def _free_port() -> int:
@@ -177,6 +169,7 @@ def async_against_sync(tmp: str, steps: int, runs: int) -> tuple[str, dict]:
                   seed=1, disable_tqdm=True)
     server, url = _serve(model, f"{tmp}/serve-qwen2.log", extra=list(SERVER_FLAGS))
     times: dict[str, list[float]] = {"sync": [], "async": []}
+    steps_s: dict[str, list[float]] = {"sync": [], "async": []}  # steady-state step wall times, steps 2 on
     try:
         for r in range(runs + 1):  # the first pair warms both up
             for kind in ("sync", "async"):
@@ -195,19 +188,28 @@ def async_against_sync(tmp: str, steps: int, runs: int) -> tuple[str, dict]:
                     trainer.vllm_generation.vllm_client.close_communicator()
                 if r:
                     times[kind].append(time.perf_counter() - start)
+                    key = "step_time" if kind == "sync" else "perf/step_s"  # each trainer's own step wall time
+                    steps_s[kind] += [h[key] for h in trainer.state.log_history if key in h][1:]
     finally:
         _stop(server)
     ratio, low, high = _bootstrap(times["sync"], times["async"])
     med = {k: statistics.median(v) for k, v in times.items()}
+    n = min(len(steps_s["sync"]), len(steps_s["async"]))
+    step_ratio, step_low, step_high = _bootstrap(steps_s["sync"][:n], steps_s["async"][:n])
+    step_med = {k: statistics.median(v) for k, v in steps_s.items()}
     samples = steps * common["per_device_train_batch_size"]
     table = "\n".join([
-        f"| trainer (one vLLM server, {samples} completions) | wall time per run (s, median) | runs | "
-        "ratio to synchronous [95% interval] |",
-        "| --- | --- | --- | --- |",
-        f"| RookGRPOTrainer, `vllm_mode: server` | {med['sync']:.1f} | {runs} | 1 |",
-        f"| TRL `AsyncGRPOTrainer` (max_staleness 4) | {med['async']:.1f} | {runs} | **{ratio:.2f}** "
-        f"[{low:.2f}, {high:.2f}] |"])
-    return table, {"seconds": times, "median": med, "ratio": ratio, "ci95": [low, high]}
+        f"| trainer (one vLLM server, {samples} completions a run) | wall time per run (s, median; start and stop "
+        "included) | ratio [95% interval] | step time, steps 2 on (s, median) | ratio [95% interval] |",
+        "| --- | --- | --- | --- | --- |",
+        f"| RookGRPOTrainer, `vllm_mode: server` | {med['sync']:.1f} | 1 | {step_med['sync']:.3f} | 1 |",
+        f"| TRL `AsyncGRPOTrainer` (max_staleness 4) | {med['async']:.1f} | **{ratio:.2f}** [{low:.2f}, {high:.2f}] | "
+        f"{step_med['async']:.3f} | **{step_ratio:.2f}** [{step_low:.2f}, {step_high:.2f}] |",
+        "", f"{runs} runs of each, alternated, after one of each to warm up; step times pooled over the runs "
+        f"({n} steps each). The async trainer's run includes spawning its rollout worker process and, on stopping, "
+        "waiting up to 15 s for it to exit before terminating it (TRL's AsyncRolloutWorker.stop)."])
+    return table, {"seconds": times, "median": med, "ratio": ratio, "ci95": [low, high], "step_seconds": steps_s,
+                   "step_median": step_med, "step_ratio": step_ratio, "step_ci95": [step_low, step_high]}
 
 
 def main(argv=None):
@@ -217,14 +219,9 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3, help="runs per trainer in the async table")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    if not _has_vllm():  # run in the vLLM venv, as make test-vllm builds it
-        if not VLLM_PYTHON.exists():
-            raise SystemExit(f"vLLM is not installed here and {VLLM_PYTHON} does not exist: run `make test-vllm` "
-                             "once (it builds the venv), then this command again.")
-        with tempfile.TemporaryDirectory() as tmp:
-            out = args.out or f"{tmp}/result.json"
-            subprocess.run([str(VLLM_PYTHON), __file__, *(argv or []), "--out", out], check=True, cwd=REPO)
-            return json.loads(Path(out).read_text())
+    ran = in_vllm_venv(__file__, without_out(argv or []), args.out)  # in .venv-vllm when vLLM is not here
+    if ran is not None:
+        return ran
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     result = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -233,7 +230,6 @@ def main(argv=None):
     import vllm
 
     cpu = cpu_features()
-    argv_shown = [a for i, a in enumerate(argv or []) if a != "--out" and (i == 0 or (argv or [])[i - 1] != "--out")]
     result.update({
         "title": "vLLM layouts on CPU: server against colocate, async against synchronous GRPO",
         "description": (
@@ -242,7 +238,7 @@ def main(argv=None):
             f"{args.steps} steps. Async against synchronous: tiny Qwen2 (chat template), {args.steps} steps of 16 "
             "completions (8 per prompt, up to 24 tokens) per run, uci_charset reward, one server for both."),
         "table": server_table + "\n\n" + async_table,
-        "command": " ".join(["python benchmarks/bench_vllm_layouts.py", *argv_shown]),
+        "command": " ".join(["python benchmarks/bench_vllm_layouts.py", *without_out(argv or [])]),
     })
     return finish(result, args.out)
 

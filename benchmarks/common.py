@@ -46,3 +46,35 @@ def provenance() -> dict:
 
 # Taken when the benchmark starts: commits made while a long benchmark runs must not be credited with its numbers.
 STARTED_AT = provenance()
+
+
+def in_vllm_venv(script: str, argv: list[str] | None, out: str | None) -> dict | None:
+    """Run ``script`` with ``argv`` in ``.venv-vllm`` (which ``make test-vllm`` builds) when vLLM is not importable
+    here, and return its result; ``None`` when vLLM is importable (the caller measures in this process)."""
+    import importlib.util
+    import tempfile
+
+    if importlib.util.find_spec("vllm") is not None:
+        return None
+    repo = Path(__file__).resolve().parents[1]
+    python = repo / ".venv-vllm" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"vLLM is not installed here and {python} does not exist: run `make test-vllm` once (it "
+                         "builds the venv), then this command again.")
+    with tempfile.TemporaryDirectory() as tmp:
+        target = out or f"{tmp}/result.json"
+        subprocess.run([str(python), script, *(argv or []), "--out", target], check=True, cwd=repo)
+        return json.loads(Path(target).read_text())
+
+
+def without_out(argv: list[str]) -> list[str]:
+    """The command's arguments less ``--out FILE`` (where the result went is not part of what was measured).
+
+    >>> without_out(["--seeds", "3", "--out", "r.json"])
+    ['--seeds', '3']
+    """
+    out = list(argv)
+    while "--out" in out:
+        i = out.index("--out")
+        del out[i:i + 2]
+    return out

@@ -85,14 +85,11 @@ def chess_rewards():
     (tests/assets/flat_reward.py): graded on the rows whose ``signal`` is true, a constant on the others, so a random
     model's groups have spread to learn from on half the prompts (the chess rewards give it 0 nearly everywhere) and
     none on the other half."""
-    import sys
-
     from rookgrpo.chess.engine import EngineSettings
     from rookgrpo.chess.rewards import ChessEnv, ChessFormat, ChessLegality, ChessMoveRank
+    from vllm_checks import mostly_flat_reward
 
-    sys.path.insert(0, str(Path(__file__).parent / "assets"))
-    from flat_reward import mostly_flat
-
+    mostly_flat = mostly_flat_reward()
     engine = EngineSettings(depth=4, workers=1)
     return [ChessFormat(engine), ChessLegality(engine), ChessMoveRank(engine), ChessEnv(engine), mostly_flat]
 

@@ -35,6 +35,8 @@ from rookgrpo.callbacks import RookCallback  # noqa: E402
 from rookgrpo.trl_compat import sync_vllm_weights  # noqa: E402
 from rookgrpo.vllm_compat import engine_model  # noqa: E402
 from vllm_checks import (  # noqa: E402
+    flat_prompts,
+    mostly_flat_reward,
     SamplingRecorder,
     assert_sampled_current_weights,
     assert_samples_trainers_weights,
@@ -94,19 +96,11 @@ def qwen2_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def flat_data(tmp_path_factory) -> Dataset:
     """32 smoke prompts of different lengths (so prompts are left-padded), half of them scoring a constant reward."""
-    from datasets import load_dataset
-
-    path = write_flat_data(tmp_path_factory.mktemp("vllm-data") / "flat.jsonl", 32)
-    return load_dataset("json", data_files=str(path), split="train")
+    return flat_prompts(tmp_path_factory.mktemp("vllm-data"))
 
 
 def _mostly_flat():
-    import sys
-
-    sys.path.insert(0, str(ASSETS))
-    from flat_reward import mostly_flat
-
-    return mostly_flat
+    return mostly_flat_reward()
 
 
 def vllm_args(out, **overrides):

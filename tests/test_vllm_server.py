@@ -21,7 +21,6 @@ moved far more than the tolerance from there.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,8 @@ from conftest import tiny_grpo_args, write_flat_data  # noqa: E402
 from rookgrpo import RookGRPOTrainer  # noqa: E402
 from rookgrpo.trl_compat import replace_vllm_client, sync_vllm_weights  # noqa: E402
 from vllm_checks import (  # noqa: E402
+    flat_prompts,
+    mostly_flat_reward,
     Server,
     SamplingRecorder,
     assert_sampled_current_weights,
@@ -78,17 +79,11 @@ def gpt2_server(gpt2_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def flat_data(tmp_path_factory) -> Dataset:
-    from datasets import load_dataset
-
-    path = write_flat_data(tmp_path_factory.mktemp("server-data") / "flat.jsonl", 32)
-    return load_dataset("json", data_files=str(path), split="train")
+    return flat_prompts(tmp_path_factory.mktemp("server-data"))
 
 
 def _mostly_flat():
-    sys.path.insert(0, str(ASSETS))
-    from flat_reward import mostly_flat
-
-    return mostly_flat
+    return mostly_flat_reward()
 
 
 def server_args(out, server, **overrides):

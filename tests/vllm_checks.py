@@ -33,6 +33,8 @@ import torch
 #: against fp32 is 0.03-0.05 on the tiny GPT-2 at its start; one step at learning rate 1e-2 moves it 0.13-0.22.
 SAME = 0.08
 
+ASSETS = Path(__file__).parent / "assets"
+
 #: Seconds a ``vllm serve`` process may take to answer its health check (about 45 s here).
 SERVER_START_S = 300
 
@@ -212,3 +214,24 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+
+
+# ---- the flat-reward data the vLLM tests train on ----------------------------------------------------------------
+
+def mostly_flat_reward():
+    """tests/assets/flat_reward.py's ``mostly_flat``: graded on rows whose ``signal`` is true, a constant on the rest."""
+    import sys
+
+    sys.path.insert(0, str(ASSETS))
+    from flat_reward import mostly_flat
+
+    return mostly_flat
+
+
+def flat_prompts(folder: Path, n: int = 32):
+    """``n`` smoke prompts of different lengths (so prompts are left-padded) with the ``signal`` column."""
+    from datasets import load_dataset
+
+    from conftest import write_flat_data
+
+    return load_dataset("json", data_files=str(write_flat_data(folder / "flat.jsonl", n)), split="train")
