@@ -178,6 +178,10 @@ def test_shell_examples_name_what_exists(path):
             if not line or line.startswith("#"):
                 continue
             words = shlex.split(line)
+            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # VAR=value before a command
+                words = words[1:]
+            if not words or words[0] == "export":
+                continue
             if words[0] == "cd":  # the block's later lines run there
                 cwd = cwd / words[1]
                 problems += [f"{line}: no folder {words[1]}"] if not cwd.is_dir() else []
@@ -204,9 +208,12 @@ def test_shell_examples_name_what_exists(path):
                 recipe_flags = {w.split("=")[0] for w in words[words.index("rookgrpo") + 1:] if w.startswith("--")}
                 problems += [f"{line}: {f} is no recipe key" for f in recipe_flags
                              if f[2:] not in known_keys()]
+            elif words[:2] == ["python", "-m"] and words[2].startswith("rookgrpo."):  # a module of the package
+                module = REPO / "src" / (words[2].replace(".", "/") + ".py")
+                problems += [f"{line}: no module {words[2]}"] if not module.exists() else []
             elif words[0] == "python" and words[1].endswith(".py"):
                 problems += [f"{line}: {f} unknown" for f in flags - _help_flags([sys.executable, words[1]], cwd)]
-            elif words[0] not in ("accelerate",):
+            elif words[0] not in ("accelerate", "vllm"):  # the launchers a run names: accelerate, vLLM's server
                 problems.append(f"{line}: not a command these docs may use")
     assert not problems, problems
 
