@@ -90,11 +90,11 @@ test: setup
 # them and this one skips them (CI's three legs within 30 minutes). A module that starts to build a trainer leaves
 # this list.
 TRL_FREE_TESTS := benchmark_report build_tiny_model chess_data chess_engine chess_formats chess_rewards data docs \
-	doctor_validation experiments gpu_check layout packs registry reward_audit sandbox shapes tiny_model wheel
+	doctor_validation experiments gpu_check layout packs registry reward_audit sandbox tiny_model wheel
 # The slowest that do touch it, cut here as their TRL calls run in faster tests of this leg: the 124M and Qwen 0.5B
 # shapes (114 s; test_trainer, test_positions), the packaged model's card and recipe (106 s; test_chess_training), and
 # the quick starts run in an empty folder (78 s; test_recipe, test_launch).
-TRL_SLOW_TESTS := tiny_rookworld quickstart
+TRL_SLOW_TESTS := shapes tiny_rookworld quickstart
 OLDEST_IGNORE := $(foreach t,$(TRL_FREE_TESTS) $(TRL_SLOW_TESTS),--ignore=tests/test_$(t).py) --ignore=benchmarks --ignore=experiments \
 	--ignore=scripts
 
