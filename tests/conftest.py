@@ -204,3 +204,39 @@ def generated_lines(engine_settings):
     from rookgrpo.chess.data import generate
 
     return generate(120, seed=11, settings=engine_settings, progress=False)
+
+
+# ---- a vLLM server the vLLM legs share (tests/test_vllm_server.py, tests/test_async_grpo.py) ------------------------
+
+@pytest.fixture(scope="session")
+def chat_qwen2(tmp_path_factory) -> Path:
+    """A tiny Qwen2 (head size 32, grouped-query attention) with a BPE tokenizer trained on RookWorld lines and
+    Qwen2.5's own chat template (TRL's copy): the code recipe's architecture, and a chat model TRL's async trainer
+    recognises."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from rookgrpo.chess.data import prepare_rookworld
+    from rookgrpo.data import load_recipe_dataset
+    from rookgrpo.models.shapes import build_qwen2_shape
+
+    texts = list(prepare_rookworld(load_recipe_dataset("rookgrpo/tiny-rookworld-grpo"))["text"][:400])
+    texts += [f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(200)]
+    model = build_qwen2_shape(tmp_path_factory.mktemp("chat-qwen2") / "model", texts, hidden_size=64,
+                              num_attention_heads=2, num_key_value_heads=1, intermediate_size=128, vocab_size=512)
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer.save_pretrained(str(model))
+    return model
+
+
+@pytest.fixture(scope="session")
+def chat_qwen2_server(chat_qwen2, tmp_path_factory):
+    """One ``vllm serve`` of :func:`chat_qwen2` with the CPU weight transport, started once for the session (about
+    40 s each), with chunked prefill off as TRL's async rollout worker needs on CPU (rookgrpo.async_grpo_cpu)."""
+    from rookgrpo.async_grpo_cpu import SERVER_FLAGS
+    from vllm_checks import Server
+
+    server = Server(chat_qwen2, tmp_path_factory.mktemp("chat-qwen2-log") / "serve.log", extra=list(SERVER_FLAGS))
+    yield server
+    server.stop()

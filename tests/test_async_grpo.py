@@ -12,7 +12,8 @@ the FlashAttention-3 kernel TRL fetches from the hub; MFU metrics are off; and t
 (vLLM 0.31's CPU runner fails on seeded requests otherwise).
 
 The model is a tiny Qwen2 (head size 32) whose tokenizer carries Qwen2.5's own chat template (TRL's copy): TRL 1.16's
-async trainer takes conversational prompts only, and recognises a chat template to parse responses.
+async trainer takes conversational prompts only, and recognises a chat template to parse responses. Its server is the
+session's (tests/conftest.py), shared with the server-mode LoRA test.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed: make test-vllm runs these in .venv-vllm")
 
-from vllm_checks import Server, gap, model_logprobs, server_logprobs, tolerance  # noqa: E402
+from vllm_checks import gap, model_logprobs, server_logprobs, tolerance  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -36,32 +37,6 @@ def chess_data():
     from rookgrpo.data import load_recipe_dataset
 
     return prepare_rookworld(load_recipe_dataset("rookgrpo/tiny-rookworld-grpo"))
-
-
-@pytest.fixture(scope="module")
-def chess_qwen2(tmp_path_factory, chess_data) -> Path:
-    """A tiny Qwen2 with a BPE tokenizer trained on RookWorld lines and Qwen2.5's chat template."""
-    from transformers import AutoTokenizer
-    from trl.chat_template_utils import qwen2_5_chat_template
-
-    from rookgrpo.models.shapes import build_qwen2_shape
-
-    model = build_qwen2_shape(tmp_path_factory.mktemp("async-qwen2") / "model", list(chess_data["text"][:400]),
-                              hidden_size=64, num_attention_heads=2, num_key_value_heads=1, intermediate_size=128,
-                              vocab_size=512)
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    tokenizer.chat_template = qwen2_5_chat_template
-    tokenizer.save_pretrained(str(model))
-    return model
-
-
-@pytest.fixture(scope="module")
-def async_server(chess_qwen2, tmp_path_factory):
-    from rookgrpo.async_grpo_cpu import SERVER_FLAGS
-
-    server = Server(chess_qwen2, tmp_path_factory.mktemp("async-log") / "serve.log", extra=list(SERVER_FLAGS))
-    yield server
-    server.stop()
 
 
 def conversational(rows):
@@ -94,7 +69,8 @@ def chess_rewards():
     return [ChessFormat(engine), ChessLegality(engine), ChessMoveRank(engine), ChessEnv(engine), mostly_flat]
 
 
-def test_async_grpo_trains_on_cpu_with_the_chess_packs_rewards(chess_qwen2, async_server, chess_data, tmp_path):
+def test_async_grpo_trains_on_cpu_with_the_chess_packs_rewards(chat_qwen2, chat_qwen2_server, chess_data,
+                                                               tmp_path):
     """Four steps of AsyncGRPOTrainer: the chess rewards score its rollouts in TRL's worker process (both tasks,
     Stockfish included), the loss is finite, the weights move, every sync reaches the server (its log-probs after the
     run are the trained model's, far from the start's), and the doctor reads the run's logs there.
@@ -110,9 +86,9 @@ def test_async_grpo_trains_on_cpu_with_the_chess_packs_rewards(chess_qwen2, asyn
     from rookgrpo.vllm_cpu_transport import AsyncCPUWeightTransfer
 
     async_grpo_on_cpu()
-    transfer = AsyncCPUWeightTransfer(async_server.url)
-    trainer = AsyncGRPOTrainer(model=str(chess_qwen2), reward_funcs=chess_rewards(),
-                               args=async_args(tmp_path, async_server), train_dataset=conversational(
+    transfer = AsyncCPUWeightTransfer(chat_qwen2_server.url)
+    trainer = AsyncGRPOTrainer(model=str(chat_qwen2), reward_funcs=chess_rewards(),
+                               args=async_args(tmp_path, chat_qwen2_server), train_dataset=conversational(
                                    chess_data.select(range(32))), weight_transfer=transfer,
                                callbacks=[Doctor(report=str(tmp_path / "doctor.json"))])
     advantages = []
@@ -133,12 +109,12 @@ def test_async_grpo_trains_on_cpu_with_the_chess_packs_rewards(chess_qwen2, asyn
         assert f"rewards/{name}" in logged, (name, sorted(logged))  # every chess reward scored some row
     assert transfer.syncs >= 4  # the start's push and one per step (weight_sync_steps 1)
     # the server samples the weights of the last sync, which are the trained model's
-    tokenizer = AutoTokenizer.from_pretrained(str(chess_qwen2))
+    tokenizer = AutoTokenizer.from_pretrained(str(chat_qwen2))
     ids = tokenizer(chess_data[0]["text"])["input_ids"][:120]
-    model = AutoModelForCausalLM.from_pretrained(str(chess_qwen2))  # the trainer's runs TRL's packed attention
+    model = AutoModelForCausalLM.from_pretrained(str(chat_qwen2))  # the trainer's runs TRL's packed attention
     model.load_state_dict(trainer.accelerator.unwrap_model(trainer.model).state_dict())
-    trained, served = model_logprobs(model, ids), server_logprobs_async(async_server, ids)
-    start = model_logprobs(AutoModelForCausalLM.from_pretrained(str(chess_qwen2)), ids)
+    trained, served = model_logprobs(model, ids), server_logprobs_async(chat_qwen2_server, ids)
+    start = model_logprobs(AutoModelForCausalLM.from_pretrained(str(chat_qwen2)), ids)
     tol = tolerance(model, ids, trained)
     assert gap(served, trained) < tol < 2 * tol < gap(trained, start), (gap(served, trained), tol, gap(trained, start))
     report = json.loads((tmp_path / "doctor.json").read_text())
@@ -157,7 +133,7 @@ def server_logprobs_async(server, ids):
 
 @pytest.mark.parametrize("name", ["zero_std_resampling", "heldout_guard", "adaptive_beta", "sft_anchor",
                                   "prompt_selection", "diagnostics"])
-def test_a_rookgrpo_callback_that_cannot_apply_is_refused_by_name(chess_qwen2, chess_data, tmp_path, name):
+def test_a_rookgrpo_callback_that_cannot_apply_is_refused_by_name(chat_qwen2, chess_data, tmp_path, name):
     """Passed to AsyncGRPOTrainer, a rookgrpo callback that needs RookGRPOTrainer's hooks stops the trainer's
     construction with its name and what it needs, instead of an AttributeError mid-run or silently doing nothing."""
     from trl.experimental.async_grpo import AsyncGRPOTrainer
@@ -178,8 +154,9 @@ def test_a_rookgrpo_callback_that_cannot_apply_is_refused_by_name(chess_qwen2, c
 
     with pytest.raises(ConfigError, match=rf"callbacks: {name} does not apply under TRL's AsyncGRPOTrainer: it needs "
                                           r"RookGRPOTrainer's"):
-        AsyncGRPOTrainer(model=str(chess_qwen2), reward_funcs=chess_rewards()[:1],
-                         args=async_args(tmp_path, _NoServer()), train_dataset=conversational(chess_data.select(range(8))),
+        AsyncGRPOTrainer(model=str(chat_qwen2), reward_funcs=chess_rewards()[:1],
+                         args=async_args(tmp_path, _NoServer()),
+                         train_dataset=conversational(chess_data.select(range(8))),
                          weight_transfer=Unused(), callbacks=[callback])
 
 

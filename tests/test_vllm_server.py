@@ -252,27 +252,15 @@ def test_a_resumed_run_generates_from_the_checkpoints_weights_in_server_mode(gpt
 
 # ---- Qwen2 + LoRA: TRL's merged-adapter sync over the server -----------------------------------------------------
 
-@pytest.fixture(scope="module")
-def qwen2_server(tmp_path_factory):
-    from rookgrpo.models.shapes import build_qwen2_shape
-
-    texts = [f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(200)]
-    model = build_qwen2_shape(tmp_path_factory.mktemp("server-qwen2") / "model", texts, hidden_size=64,
-                              num_attention_heads=2, num_key_value_heads=1, intermediate_size=128, vocab_size=512)
-    server = Server(model, tmp_path_factory.mktemp("server-qwen2-log") / "serve.log")
-    yield server
-    server.stop()
-
-
-def test_a_lora_policy_pushes_its_merged_weights_to_the_server(qwen2_server, tmp_path):
+def test_a_lora_policy_pushes_its_merged_weights_to_the_server(chat_qwen2_server, tmp_path):
     """The code recipe's shape: TRL merges the adapter into the base weights to stream them, then unmerges. After
     training and a sync, the server's log-probs are the trained (merged) model's, not the base model's."""
     from peft import LoraConfig
 
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"write f{i}"}]} for i in range(16)])
-    args = server_args(tmp_path, qwen2_server, max_steps=3, max_completion_length=12, learning_rate=5e-2)
+    args = server_args(tmp_path, chat_qwen2_server, max_steps=3, max_completion_length=12, learning_rate=5e-2)
     lora = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
-    trainer = RookGRPOTrainer(model=str(qwen2_server.model), reward_funcs=["uci_charset"], args=args,
+    trainer = RookGRPOTrainer(model=str(chat_qwen2_server.model), reward_funcs=["uci_charset"], args=args,
                               train_dataset=data, peft_config=lora)
     recorder = SamplingRecorder(trainer, ids=trainer.processing_class("def f3(x):\n    return x * 3 + 3\n")["input_ids"])
     trainer.train()

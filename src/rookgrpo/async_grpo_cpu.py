@@ -1,5 +1,5 @@
-"""What TRL's ``AsyncGRPOTrainer`` (TRL 1.16, ``trl.experimental.async_grpo``) needs to train on a CPU: stand-ins for its
-GPU-only parts, for tests and CPU benchmarks. On GPUs nothing here is used.
+"""What TRL's ``AsyncGRPOTrainer`` (TRL 1.16, ``trl.experimental.async_grpo``) needs to train on a CPU: stand-ins for
+its GPU-only parts, for tests and CPU benchmarks. On GPUs nothing here is used.
 
 TRL's async trainer is GPU-only in three places, each replaced here where the device is not CUDA (the patches live in
 :func:`rookgrpo.trl_compat.async_grpo_on_cpu`, with TRL's other private names):

@@ -27,11 +27,11 @@ The two halves:
   (:func:`rookgrpo.trl_compat.replace_vllm_client`). For TRL's ``AsyncGRPOTrainer``, :class:`AsyncCPUWeightTransfer`
   is its ``WeightTransferProtocol`` (``weight_transfer=``).
 
-vLLM internals used (checked against ``vllm_compat.CHECKED_VLLM``; :func:`check_vllm_internals` names what is missing): the
-weight-transfer factory's ``register_engine``, ``NCCLWeightTransferEngine`` (its ``start_weight_update`` /
-``finish_weight_update``: the layerwise reload), ``WeightTransferInitInfo``, and the CPU kernels' repacking of kept
-weights after a reload (:func:`rookgrpo.vllm_compat.repack_kept_weights`: without it a tied LM head keeps its start
-kernel in server mode as in colocate).
+vLLM internals used (checked against ``vllm_compat.CHECKED_VLLM``; :func:`check_vllm_internals` names what is
+missing): the weight-transfer factory's ``register_engine``, ``NCCLWeightTransferEngine`` (its
+``start_weight_update`` / ``finish_weight_update``: the layerwise reload), ``WeightTransferInitInfo``, and the CPU
+kernels' repacking of kept weights after a reload (:func:`rookgrpo.vllm_compat.repack_kept_weights`: without it a
+tied LM head keeps its start kernel in server mode as in colocate).
 """
 
 from __future__ import annotations
@@ -352,7 +352,8 @@ def serve_command(model: str, port: int, *, host: str = "127.0.0.1", max_model_l
     (``python -m rookgrpo.vllm_cpu_transport serve ...``). Run it with :func:`server_env` (the dev endpoints)."""
     import sys
 
-    return [python or sys.executable, "-m", "rookgrpo.vllm_cpu_transport", "serve", model, "--host", host, "--port", str(port), "--max-model-len", str(max_model_len),
+    return [python or sys.executable, "-m", "rookgrpo.vllm_cpu_transport", "serve", model, "--host", host,
+            "--port", str(port), "--max-model-len", str(max_model_len),
             "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1",
             "--worker-extension-cls", WORKER_EXTENSION,
             "--weight-transfer-config", '{"backend": "%s"}' % BACKEND, *(extra or [])]
