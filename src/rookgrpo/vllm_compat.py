@@ -149,9 +149,9 @@ def repack_kept_weights(model) -> int:
     rebuilt, unquantized = 0, 0
     for module in model.modules():
         method = getattr(module, "quant_method", None)
-        if method is None or not type(method).__name__.startswith("Unquantized"):
+        if method is None:
             continue
-        unquantized += 1
+        unquantized += type(method).__name__.startswith("Unquantized")
         weight = getattr(module, "weight", None)
         if hasattr(module, "cpu_linear") and weight is not None and weight.numel() > 0:
             method.process_weights_after_loading(module)

@@ -192,6 +192,9 @@ def callback_name(callback) -> str:
     from .. import registry
 
     for name in registry.names("callback"):
-        if registry.load("callback", name) is type(callback):
-            return name
+        try:
+            if registry.load("callback", name) is type(callback):
+                return name
+        except Exception:  # noqa: BLE001 - a pack whose extra is not installed names none of its callbacks here
+            continue
     return type(callback).__name__
