@@ -27,7 +27,6 @@ import argparse
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,45 +46,6 @@ GPU_NOTE = (
     "still copies every tensor through the CPU over loopback gloo. The async trainer's gain (verl reports 2.35-2.67x "
     "from fully async training) needs that overlap too; here its rollout worker competes with the trainer for the "
     "same cores.")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _serve(model: str, log: str, extra: list[str] | None = None):
-    """A ``vllm serve`` process with the CPU transport; returns (process, url) once it answers."""
-    import requests
-
-    from rookgrpo.vllm_cpu_transport import serve_command, server_env
-
-    port = _free_port()
-    process = subprocess.Popen(serve_command(model, port, extra=extra), env=server_env(), stdout=open(log, "w"),
-                               stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"vllm serve exited: {Path(log).read_text()[-3000:]}")
-        try:
-            if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                return process, url
-        except requests.RequestException:
-            pass
-        time.sleep(1)
-    process.kill()
-    raise RuntimeError("vllm serve did not start within 300 s")
-
-
-def _stop(process) -> None:
-    import signal
-
-    os.killpg(process.pid, signal.SIGTERM)
-    process.wait(timeout=60)
 
 
 def _bootstrap(a: list[float], b: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -108,17 +68,18 @@ def server_against_colocate(tmp: str, steps: int, n_blocks: int) -> tuple[str, d
     from rookgrpo.data import load_recipe_dataset
     from rookgrpo.models.tiny_model import TinyGPT2Spec, build_tiny_gpt2
     from rookgrpo.vllm_compat import release_engine
-    from rookgrpo.vllm_cpu_transport import use_cpu_transport
+    from rookgrpo.vllm_cpu_transport import LocalServer, free_port, use_cpu_transport
 
     use_cpu_transport()
     model = str(build_tiny_gpt2(f"{tmp}/gpt2", TinyGPT2Spec(n_embd=64, n_head=2)))
     data = load_recipe_dataset("rookgrpo/smoke-prompts")
-    server, url = _serve(model, f"{tmp}/serve-gpt2.log")
+    server = LocalServer(model, f"{tmp}/serve-gpt2.log")
+    url = server.url
     try:
         trainers = {}
         for mode in ("colocate", "server"):
             args = _args(f"{tmp}/{mode}", max_steps=steps, vllm_mode=mode, generation_kwargs={"min_tokens": 24},
-                         **({"vllm_server_base_url": url, "vllm_group_port": _free_port()} if mode == "server" else {}))
+                         **({"vllm_server_base_url": url, "vllm_group_port": free_port()} if mode == "server" else {}))
             trainers[mode] = RookGRPOTrainer(model=model, reward_funcs=["uci_charset"], args=args, train_dataset=data)
         blocks = {mode: [] for mode in trainers}
         for block in range(n_blocks + 1):  # in turn; the first block of each warms it up
@@ -128,7 +89,7 @@ def server_against_colocate(tmp: str, steps: int, n_blocks: int) -> tuple[str, d
                     blocks[mode].append(measured)
         release_engine(trainers["colocate"])
     finally:
-        _stop(server)
+        server.stop()
     ratio, low, high = ratio_interval(blocks["colocate"], blocks["server"])
     med = {n: statistics.median([t for b in blocks[n] for t in b]) for n in blocks}
     table = "\n".join([
@@ -163,7 +124,7 @@ def async_against_sync(tmp: str, steps: int, runs: int) -> tuple[str, dict]:
     from rookgrpo.models.shapes import build_qwen2_shape
     from rookgrpo.rewards.basic import uci_charset
     from rookgrpo.trl_compat import async_grpo_on_cpu
-    from rookgrpo.vllm_cpu_transport import AsyncCPUWeightTransfer, use_cpu_transport
+    from rookgrpo.vllm_cpu_transport import AsyncCPUWeightTransfer, LocalServer, free_port, use_cpu_transport
 
     use_cpu_transport()
     async_grpo_on_cpu()
@@ -178,7 +139,8 @@ def async_against_sync(tmp: str, steps: int, runs: int) -> tuple[str, dict]:
     common = dict(max_steps=steps, per_device_train_batch_size=16, num_generations=8, max_completion_length=24,
                   learning_rate=1e-3, report_to="none", logging_steps=1, use_cpu=True, save_strategy="no", bf16=False,
                   seed=1, disable_tqdm=True)
-    server, url = _serve(model, f"{tmp}/serve-qwen2.log", extra=list(SERVER_FLAGS))
+    server = LocalServer(model, f"{tmp}/serve-qwen2.log", extra=list(SERVER_FLAGS))
+    url = server.url
     times: dict[str, list[float]] = {"sync": [], "async": []}
     steps_s: dict[str, list[float]] = {"sync": [], "async": []}  # steady-state step wall times, steps 2 on
     try:
@@ -188,7 +150,7 @@ def async_against_sync(tmp: str, steps: int, runs: int) -> tuple[str, dict]:
                 if kind == "sync":
                     trainer = RookGRPOTrainer(model=model, reward_funcs=[uci_charset], train_dataset=data,
                                               args=_args(f"{tmp}/s{r}", vllm_mode="server", vllm_server_base_url=url,
-                                                         vllm_group_port=_free_port(), **common))
+                                                         vllm_group_port=free_port(), **common))
                 else:
                     trainer = AsyncGRPOTrainer(model=model, reward_funcs=[uci_charset], train_dataset=data,
                                                args=AsyncGRPOConfig(output_dir=f"{tmp}/a{r}", vllm_server_base_url=url,
@@ -202,7 +164,7 @@ def async_against_sync(tmp: str, steps: int, runs: int) -> tuple[str, dict]:
                     key = "step_time" if kind == "sync" else "perf/step_s"  # each trainer's own step wall time
                     steps_s[kind] += [h[key] for h in trainer.state.log_history if key in h][1:]
     finally:
-        _stop(server)
+        server.stop()
     ratio, low, high = _bootstrap(times["sync"], times["async"])
     med = {k: statistics.median(v) for k, v in times.items()}
     n = min(len(steps_s["sync"]), len(steps_s["async"]))

@@ -20,10 +20,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
-import socket
-import subprocess
-import time
 import weakref
 from pathlib import Path
 
@@ -171,49 +167,17 @@ def assert_sampled_current_weights(calls: list[dict], *, shown_stale_at_least: i
 # ---- a vLLM server process --------------------------------------------------------------------------------------
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from rookgrpo.vllm_cpu_transport import free_port as port
+
+    return port()
 
 
-class Server:
-    """A ``vllm serve`` process on loopback with the CPU weight transport, stopped with :meth:`stop`."""
+def Server(model: Path, log: Path, extra: list[str] | None = None):
+    """A ``vllm serve`` process on loopback with the CPU weight transport (``rookgrpo.vllm_cpu_transport.LocalServer``),
+    stopped with its ``stop()``."""
+    from rookgrpo.vllm_cpu_transport import LocalServer
 
-    def __init__(self, model: Path, log: Path, extra: list[str] | None = None):
-        from rookgrpo.vllm_cpu_transport import serve_command, server_env
-
-        self.model, self.port, self.log = model, free_port(), log
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(serve_command(str(model), self.port, extra=extra), env=server_env(),
-                                        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait()
-
-    def _wait(self) -> None:
-        import requests
-
-        deadline = time.monotonic() + SERVER_START_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vllm serve exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}")
-            try:
-                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        self.stop()
-        raise RuntimeError(f"vllm serve did not answer within {SERVER_START_S} s:\n{self.log.read_text()[-4000:]}")
-
-    def stop(self) -> None:
-        import signal
-
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+    return LocalServer(model, log, extra=extra, start_s=SERVER_START_S)
 
 
 # ---- the flat-reward data the vLLM tests train on ----------------------------------------------------------------

@@ -190,12 +190,6 @@ else:
 
 # ---- the trainer's side: TRL's client -----------------------------------------------------------------------------
 
-def _client_base():
-    from trl.generation.vllm_client import VLLMClient
-
-    return VLLMClient
-
-
 def _loopback(host: str | None) -> bool:
     if host in (None, "localhost"):
         return True
@@ -246,9 +240,9 @@ def _check_backend(info: dict, url: str) -> None:
 
 def make_client_class():
     """TRL's ``VLLMClient`` with the CPU transport (built on first use so that importing this module needs no TRL)."""
-    base = _client_base()
+    from trl.generation.vllm_client import VLLMClient
 
-    class CPUTransportClient(base):
+    class CPUTransportClient(VLLMClient):
         """TRL's ``VLLMClient``: the same HTTP calls, its communicator a gloo group and its weight stream a gloo
         broadcast per tensor. The server must run the ``cpu_gloo`` engine (module docstring)."""
 
@@ -292,7 +286,7 @@ class AsyncCPUWeightTransfer:
         from trl.experimental.async_grpo.vllm_client import VLLMClient
 
         self.vllm, self.timeout = VLLMClient(server_url), timeout
-        self.group_port = group_port or _free_port()
+        self.group_port = group_port or free_port()
         self.group = self._store = None
         self.syncs = 0  # weight updates sent (for tests and logs)
 
@@ -327,7 +321,8 @@ class AsyncCPUWeightTransfer:
         self.group = self._store = None
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on loopback (for a server or a group's store)."""
     import socket
 
     with socket.socket() as sock:
@@ -367,6 +362,59 @@ def server_env(base: dict[str, Any] | None = None) -> dict[str, str]:
     env.update(VLLM_SERVER_DEV_MODE="1")
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     return env
+
+
+class LocalServer:
+    """A CPU ``vllm serve`` process on a free loopback port with the ``cpu_gloo`` engine (:func:`serve_command`),
+    started and waited for until it answers its health check; :meth:`stop` ends it (tests, CPU benchmarks).
+
+    Args:
+        model: the model folder it serves.
+        log: the file its output goes to (its tail is in the error when it fails to start).
+        extra: more ``vllm serve`` flags.
+        start_s: seconds to wait for it to answer (about 45 here).
+    """
+
+    def __init__(self, model, log, extra: list[str] | None = None, start_s: float = 300):
+        import subprocess
+        from pathlib import Path
+
+        self.model, self.log, self.port = model, Path(log), free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(serve_command(str(model), self.port, extra=extra), env=server_env(),
+                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait(start_s)
+
+    def _wait(self, start_s: float) -> None:
+        import time
+
+        import requests
+
+        deadline = time.monotonic() + start_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vllm serve exited with {self.process.returncode}:\n{self.log.read_text()[-4000:]}")
+            try:
+                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError(f"vllm serve did not answer within {start_s} s:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> None:
+        import os
+        import signal
+        import subprocess
+
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
 
 
 def serve(argv: list[str]) -> None:
