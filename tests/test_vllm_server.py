@@ -258,11 +258,12 @@ def test_a_lora_policy_pushes_its_merged_weights_to_the_server(chat_qwen2_server
     from peft import LoraConfig
 
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"write f{i}"}]} for i in range(16)])
-    args = server_args(tmp_path, chat_qwen2_server, max_steps=3, max_completion_length=12, learning_rate=5e-2)
+    args = server_args(tmp_path, chat_qwen2_server, max_steps=6, max_completion_length=12, learning_rate=1e-1)
     lora = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM")
     trainer = RookGRPOTrainer(model=str(chat_qwen2_server.model), reward_funcs=["uci_charset"], args=args,
                               train_dataset=data, peft_config=lora)
-    recorder = SamplingRecorder(trainer, ids=trainer.processing_class("def f3(x):\n    return x * 3 + 3\n")["input_ids"])
+    # a chess line: what uci_charset's reward moves the policy toward, so LoRA's change shows in its log-probs
+    recorder = SamplingRecorder(trainer, ids=probe_ids(trainer))
     trainer.train()
     assert all(c["gap"] < c["tol"] for c in recorder.calls)
     sync_vllm_weights(trainer)
