@@ -163,10 +163,12 @@ def venv_bin(name: str) -> str:
 
 
 def losses_and_rewards(log_history: list[dict]) -> list[dict]:
-    """The per-step numbers that must match between two runs (timings excluded)."""
+    """The per-step numbers that must match between two runs (timings excluded; reward isolation's own counts,
+    ``rewards/<name>/failed`` and ``/none``, which a TRL run does not log, left out)."""
     keep = ("loss", "reward", "reward_std", "grad_norm", "entropy", "frac_reward_zero_std", "completions/mean_length")
     return [
-        {k: v for k, v in h.items() if k in keep or k.startswith("rewards/")}
+        {k: v for k, v in h.items()
+         if k in keep or k.startswith("rewards/") and not k.endswith(("/failed", "/none"))}
         for h in log_history
         if "loss" in h
     ]

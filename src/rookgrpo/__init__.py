@@ -27,6 +27,8 @@ _EXPORTS = {
     **{cls: ".callbacks" for _, cls in BUILTIN_CALLBACKS.values()},
     "ChessEval": ".chess.heldout",  # the chess pack's held-out evaluation (imports python-chess when used)
     "ConfigError": ".errors",
+    "FAILED": ".rewards",
+    "RewardFunctionError": ".rewards",
     "RookCallback": ".callbacks",
     "RookGRPOConfig": ".config",
     "RookGRPOTrainer": ".trainer",

@@ -17,7 +17,9 @@ no loss, reward or real token reads: every logged number is TRL's, on CPU and on
 changes nothing on CPU; on CUDA the training loss's forward and backward run on flash, memory-efficient or math SDPA
 kernels instead of cuDNN's, so the loss and gradients differ from TRL's by those kernels' rounding, and the step time
 by their speed (``benchmarks/bench_gpu_check.py``); generation, the reference's and the old policy's scoring and
-evaluation keep every backend. ``skip_nonfinite_updates`` changes nothing in a finite run.
+evaluation keep every backend. ``skip_nonfinite_updates`` changes nothing in a finite run. ``reward_isolation`` (on)
+changes nothing while every reward call succeeds; a failing call's rows are left out instead of ending the run
+(:mod:`rookgrpo.rewards.isolation`).
 """
 
 from __future__ import annotations
@@ -124,6 +126,33 @@ class RookGRPOConfig(GRPOConfig):
         },
     )
 
+    reward_isolation: bool = field(
+        default=True,
+        metadata={
+            "help": "Isolate every reward function call (rookgrpo.rewards.isolation): exceptions caught, a timeout "
+            "(reward_timeout), a result of the wrong length or a non-number treated as a failed call. A failed call's "
+            "rows are unscorable for the whole row (every component NaN: TRL leaves them out of the group baseline, "
+            "advantage 0), counted in rewards/<name>/failed; None keeps TRL's meaning (does not apply), counted in "
+            "rewards/<name>/none. On by default; false lets a reward's exception end the run as TRL does."
+        },
+    )
+    reward_timeout: float | None = field(
+        default=300.0,
+        metadata={
+            "help": "Seconds one reward function call may take before it counts as failed (reward_isolation). A "
+            "synchronous call that times out is abandoned in its thread (it runs on, its result discarded); an async "
+            "one is cancelled. null: no timeout (exceptions are still caught)."
+        },
+    )
+    reward_failure_patience: int = field(
+        default=3,
+        metadata={
+            "help": "Stop the run (RewardFunctionError, with the function's name and traceback) once a reward function "
+            "has failed on every row of this many consecutive training batches: a bug stops the run within its first "
+            "batches, a flaky call (a judge that times out now and then) does not. 0: never stop."
+        },
+    )
+
     measured_settings: dict | str | None = field(
         default=None,
         metadata={
@@ -145,6 +174,7 @@ class RookGRPOConfig(GRPOConfig):
         self.task_generation_kwargs = parse_task_generation_kwargs(self.task_generation_kwargs)
         _check_generation_kwargs_overlap(self.task_generation_kwargs, self.generation_kwargs)
         self.measured_settings = _parse_measured(self.measured_settings)
+        _check_reward_isolation(self)
         _fall_back_to_cpu(self)
         _match_deepspeed_precision(self)
         _skip_deepspeed_cpu_kernel(self)
@@ -256,6 +286,20 @@ def _skip_deepspeed_cpu_kernel(args) -> None:
         from .dynamics.deepspeed import skip_cpu_inference_kernel
 
         skip_cpu_inference_kernel()
+
+
+def _check_reward_isolation(args) -> None:
+    if args.reward_timeout is not None:
+        try:
+            args.reward_timeout = float(args.reward_timeout)
+        except (TypeError, ValueError):
+            args.reward_timeout = None if str(args.reward_timeout).lower() in ("none", "null") else args.reward_timeout
+    if args.reward_timeout is not None and (not isinstance(args.reward_timeout, float) or not args.reward_timeout > 0):
+        raise ConfigError(f"reward_timeout: {args.reward_timeout!r} is not a number of seconds above 0; give the "
+                          "longest one reward call may take (e.g. 300), or null for no timeout.")
+    if int(args.reward_failure_patience) < 0:
+        raise ConfigError(f"reward_failure_patience: {args.reward_failure_patience} is negative; give the number of "
+                          "consecutive all-failing batches after which the run stops (3 by default), or 0 for never.")
 
 
 def _parse_measured(value) -> dict[str, str] | None:

@@ -143,6 +143,8 @@ def write_run_info(trainer, model_path: str, script_args) -> Path:
         # Settings the recipe chose by measurement: the doctor's fixes do not advise changing them.
         "measured_settings": getattr(trainer.args, "measured_settings", None) or {},
         "global_step": trainer.state.global_step,
+        # Reward calls that failed (reward_isolation): the doctor names them with their first error.
+        "reward_failures": trainer._isolation.summary() if getattr(trainer, "_isolation", None) else {},
         "last_log": train_logs[-1] if train_logs else None,
     }
     path = Path(trainer.args.output_dir) / "run_info.json"

@@ -63,6 +63,7 @@ class RookGRPOTrainer(GRPOTrainer):
     _weights_hook = None
     _guarded_masks: list | tuple = ()  # the roles whose SDPA masks no_fully_masked_rows guards
     _masks_checked = False  # whether the first training loss checked that the guard reached those masks
+    _isolation = None  # a RewardIsolation while reward_isolation is on (rookgrpo.rewards.isolation)
 
     def __init__(
         self,
@@ -107,6 +108,11 @@ class RookGRPOTrainer(GRPOTrainer):
         )
         if getattr(self.args, "use_vllm", False):
             vllm_compat.enable_cpu_weight_reload(self)
+        if getattr(self.args, "reward_isolation", True):
+            from .rewards.isolation import RewardIsolation
+
+            self._isolation = RewardIsolation(self.reward_func_names, getattr(self.args, "reward_timeout", None),
+                                              getattr(self.args, "reward_failure_patience", 3))
         if getattr(self.args, "task_generation_kwargs", None):
             from .dynamics.task_sampling import TaskSettings
 
@@ -266,11 +272,33 @@ class RookGRPOTrainer(GRPOTrainer):
         return output, self._last_rewards_per_func
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        if self._phases is None:
-            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        else:
-            with self._phases.measure("rewards"):
+        """TRL's reward calls, each isolated (``reward_isolation``, :mod:`rookgrpo.rewards.isolation`): a call that
+        raises, times out or returns a bad result leaves its rows unscorable on every rank (all components NaN: TRL
+        excludes them), counted in ``rewards/<name>/failed``; the gathered rewards are kept for the batch hooks."""
+        isolation = self._isolation
+        if isolation is not None:
+            funcs = self.reward_funcs
+            self.reward_funcs = isolation.wrap(funcs)  # TRL's _calculate_rewards calls what self.reward_funcs holds
+        try:
+            if self._phases is None:
                 rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            else:
+                with self._phases.measure("rewards"):
+                    rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            if isolation is not None:
+                self.reward_funcs = funcs
+        if isolation is not None:
+            from .trl_compat import log_metric, metric_mode
+
+            from accelerate.utils import gather_object
+
+            rewards, metrics = isolation.apply(rewards, len(prompts), self.accelerator.gather, gather_object,
+                                               self.accelerator.process_index, self.state.global_step,
+                                               training=self.model.training)
+            mode = metric_mode(self)
+            for name, value in metrics.items():
+                log_metric(self, name, value, mode)
         self._last_rewards_per_func = rewards
         return rewards
 

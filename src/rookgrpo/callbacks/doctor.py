@@ -171,6 +171,9 @@ class Doctor(RookCallback):
         from ..doctor import History, diagnose
 
         entries = [e for e in state.log_history if "train_runtime" not in e]  # not the closing summary
+        isolation = getattr(getattr(self, "trainer", None), "_isolation", None)  # reward_isolation's first errors
+        if isolation is not None:
+            self.thresholds.reward_errors = {n: r["first_error"] for n, r in isolation.summary().items()}
         findings, skipped = diagnose(History(entries, "live"), self.thresholds)
         return findings, skipped
 

@@ -78,6 +78,9 @@ class History:
     measured: dict[str, str] = field(default_factory=dict)
     #: ``"fp16"``, ``"bf16"`` or ``"fp32"`` where the run recorded it (``run_info.json``), else ``None``
     precision: str | None = None
+    #: reward name -> its first failure ("ConnectionError: ..."), where the run recorded them (``run_info.json``'s
+    #: ``reward_failures``, written by ``reward_isolation``)
+    reward_errors: dict[str, str] = field(default_factory=dict)
     _names: set[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -296,7 +299,8 @@ def tensorboard_runs(folder: Path) -> list[tuple[Path, list[dict]]]:
 def _run_info(run_info: Path) -> dict:
     """What ``rookgrpo train`` recorded in ``run_info.json`` for the doctor, as :class:`History` fields: the reward
     weights by reward name ({} when absent), the rewards that were reward models (``None`` when not recorded), the
-    settings the recipe chose by measurement ({} when none) and the training precision (``None`` when not recorded)."""
+    settings the recipe chose by measurement ({} when none), the training precision (``None`` when not recorded) and
+    each failing reward's first error ({} when none)."""
     try:
         info = json.loads(run_info.read_text())
     except (OSError, ValueError):
@@ -314,7 +318,11 @@ def _run_info(run_info: Path) -> dict:
     except (KeyError, TypeError):
         judges = None
     precision = info.get("precision") if info.get("precision") in ("fp16", "bf16", "fp32") else None
-    return {"reward_weights": weights, "judges": judges, "measured": measured, "precision": precision}
+    failures = info.get("reward_failures")
+    errors = {str(n): str(f.get("first_error")) for n, f in failures.items()
+              if isinstance(f, Mapping) and f.get("first_error")} if isinstance(failures, Mapping) else {}
+    return {"reward_weights": weights, "judges": judges, "measured": measured, "precision": precision,
+            "reward_errors": errors}
 
 
 def split_phases(entries: list[dict]) -> tuple[list[list[dict]], str]:

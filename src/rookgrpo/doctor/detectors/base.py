@@ -53,6 +53,10 @@ class Thresholds:
     #: the run's training precision where known (``"fp16"``: a loss scaler's overflows are routine); the live callback
     #: sets it, ``run_info.json`` records it
     precision: str | None = None
+    #: reward name -> its first failure, live (the ``doctor`` callback reads the trainer's ``reward_isolation``)
+    reward_errors: dict[str, str] = field(default_factory=dict)
+    reward_failed_share: float = 0.05  #: share of a reward's rows whose call failed, over the run, for a warning
+    none_jump: float = 0.25  #: a reward's share of None rows up by this much from its start (absolute)
 
 
 @dataclass
@@ -86,7 +90,7 @@ class Finding:
 #: Every kind of finding, in report order (the ``doctor`` callback's ``halt_on`` names these).
 KINDS = ("nonfinite", "zero_gradient", "grad_growth", "grad_spike", "entropy_collapse", "kl_runaway", "kl_spike",
          "kl_dominates", "clipping", "clip_asymmetry", "sampler_mismatch", "sampler_drift", "length_hacking", "truncation", "no_loss_tokens",
-         "identical_groups", "reward_plateau", "reward_peak_fall", "reward_decline", "reward_collapsed",
+         "identical_groups", "reward_failing", "reward_none_jump", "reward_plateau", "reward_peak_fall", "reward_decline", "reward_collapsed",
          "reward_saturated", "reward_dead", "reward_dominant", "zero_std", "kl_only_groups", "heldout_drop",
          "recompile")
 #: Severity tiers, most severe first: critical = not learning or broken now; warning = likely to go wrong; info =

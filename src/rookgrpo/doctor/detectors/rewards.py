@@ -10,6 +10,51 @@ from ..history import History
 from .base import Finding, Thresholds, _fmt, _guard_clause, detector
 
 
+@detector("rewards/*/failed", "rewards/*/none")
+def detect_reward_failures(h: History, t: Thresholds) -> list[Finding]:
+    """Reward calls that failed (``reward_isolation``'s ``rewards/<name>/failed``: rows left unscorable), and a jump in
+    the share of rows a reward returned ``None`` for (``rewards/<name>/none``: "does not apply", which a function that
+    swallows its own errors also returns). Judged from the first failure: one failed call is worth knowing."""
+    out = []
+    errors = {**h.reward_errors, **t.reward_errors}
+    names = sorted({n.split("/")[1] for n in h.names() if n.startswith("rewards/") and n.endswith(("/failed", "/none"))})
+    for name in names:
+        steps, failed = h.curve(f"rewards/{name}/failed")
+        bad = [(s, v) for s, v in zip(steps, failed) if v > 0]
+        if bad:
+            share = statistics.fmean(failed)
+            whole = [s for s, v in bad if v >= 1.0]
+            severity = "critical" if share >= 0.5 or (whole and whole[-1] == steps[-1]) else \
+                "warning" if share >= t.reward_failed_share else "info"
+            first = f" First error: {errors[name]}." if name in errors else ""
+            out.append(Finding(
+                "reward_failing", f"reward {name} failing", bad[0][0], bad[-1][0], severity=severity, subject=name,
+                values={"failed_share": share, "steps_failed": len(bad), "steps": len(steps), "first_error":
+                        errors.get(name)},
+                message=f"reward function {name} failed (raised, timed out or returned a bad result) at {len(bad)} "
+                        f"of {len(steps)} logged step(s), {share:.1%} of all rows ({len(whole)} step(s) on every "
+                        f"row).{first} Those rows were left out (every component, advantage 0), so the run trained "
+                        "on fewer completions than it generated. Likely cause: a bug on some inputs, a judge or "
+                        "sandbox that errors or is too slow for reward_timeout. Fix: read the first error; run the "
+                        "function on the logged completions; raise reward_timeout for a slow one; a function that "
+                        "fails on single rows returns rookgrpo.FAILED for them (not None) and keeps the rest."))
+        steps, none = h.curve(f"rewards/{name}/none")
+        if len(none) >= t.min_share_points:
+            k = max(1, len(none) // 4)
+            start, end = statistics.fmean(none[:k]), statistics.fmean(none[-k:])
+            if end - start >= t.none_jump:
+                out.append(Finding(
+                    "reward_none_jump", f"reward {name} applies to fewer rows", steps[-k], steps[-1], subject=name,
+                    values={"start": start, "end": end},
+                    message=f"reward function {name} returned None (\"does not apply\") for {start:.0%} of rows at "
+                            f"the start and {end:.0%} at the end: with several reward functions, TRL sums a row's "
+                            "other components and scores it as if this one paid 0. Likely cause: the task mix changed "
+                            "(data order, per-task sampling), or the function returns None on its own errors. Fix: "
+                            "check the task column's mix; a function that fails on a row returns rookgrpo.FAILED "
+                            "for it, which leaves the whole row out."))
+    return out
+
+
 @detector("reward", "reward_std")
 def detect_reward_trend(h: History, t: Thresholds) -> list[Finding]:
     """The training reward's shape: falling (critical), rose and fell back, flat, or flat after an early gain."""
