@@ -34,7 +34,7 @@ from common import finish  # benchmarks/common.py
 TARGET = 1.03
 
 
-def build(cls, model_dir, dataset, out, steps, callbacks=None, reward=None):
+def build(cls, model_dir, dataset, out, steps, callbacks=None, reward=None, **overrides):
     from trl import GRPOConfig
 
     from rookgrpo import RookGRPOConfig
@@ -45,7 +45,7 @@ def build(cls, model_dir, dataset, out, steps, callbacks=None, reward=None):
                     max_completion_length=32, logging_steps=1, disable_tqdm=True, beta=0.04,
                     # every completion 32 tokens: the trainers' trajectories part (position scoring changes what the
                     # rookgrpo arms learn), and a step's work must not part with them
-                    generation_kwargs={"min_new_tokens": 32})
+                    generation_kwargs={"min_new_tokens": 32}, **overrides)
     args = (GRPOConfig if cls.__name__ == "GRPOTrainer" else RookGRPOConfig)(**settings)
     kwargs = {"callbacks": callbacks} if callbacks else {}
     return cls(model=str(model_dir), reward_funcs=reward or uci_charset, args=args, train_dataset=dataset, **kwargs)
@@ -73,9 +73,10 @@ def ratio_interval(blocks_a: list[list[float]], blocks_b: list[list[float]], n_b
     return ratio, samples[int(0.025 * n_boot)], samples[int(0.975 * n_boot) - 1]
 
 
-def interleaved_blocks(trainers: dict, min_blocks: int, max_blocks: int) -> tuple[dict, str | None]:
+def interleaved_blocks(trainers: dict, min_blocks: int, max_blocks: int, reference: str = "vanilla",
+                       arm: str = "rookgrpo", target: float = TARGET) -> tuple[dict, str | None]:
     """Train every trainer a block at a time, in turn (the first block of each a warm-up), until the interval of
-    ``rookgrpo``'s ratio to ``vanilla`` lies wholly below or above :data:`TARGET` (``"met"``, ``"missed"``) or
+    ``arm``'s ratio to ``reference`` lies wholly below or above ``target`` (``"met"``, ``"missed"``) or
     ``max_blocks`` blocks are measured (``None``); returns the step times per block of each, and that decision."""
     blocks = {name: [] for name in trainers}
     for block in range(max_blocks + 1):
@@ -84,16 +85,16 @@ def interleaved_blocks(trainers: dict, min_blocks: int, max_blocks: int) -> tupl
             if block > 0:
                 blocks[name].append(measured)
         if block >= min_blocks:
-            _, low, high = ratio_interval(blocks["vanilla"], blocks["rookgrpo"])
-            if high <= TARGET or low > TARGET:
-                return blocks, "met" if high <= TARGET else "missed"
+            _, low, high = ratio_interval(blocks[reference], blocks[arm])
+            if high <= target or low > target:
+                return blocks, "met" if high <= target else "missed"
     return blocks, None
 
 
-def verdict_text(decided: str | None, max_blocks: int) -> str:
-    return {"met": f"the interval lies below {TARGET}: target met",
-            "missed": f"the interval lies above {TARGET}: target missed",
-            None: f"undecided after {max_blocks} blocks: the interval still contains {TARGET}"}[decided]
+def verdict_text(decided: str | None, max_blocks: int, target: float = TARGET) -> str:
+    return {"met": f"the interval lies below {target}: target met",
+            "missed": f"the interval lies above {target}: target missed",
+            None: f"undecided after {max_blocks} blocks: the interval still contains {target}"}[decided]
 
 
 def overhead(model, dataset, tmp, args) -> tuple[str, dict]:

@@ -39,6 +39,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("code_exec_fail_closed", "bench_code_exec", ["--against", "ba210ac", "--repeats", "9"]),
     ("step_time", "bench_step_time", ["--max-blocks", "200"]),  # stops once the interval decides
     ("guards", "bench_guards", ["--rounds", "3"]),
+    ("reward_isolation", "bench_reward_isolation", []),  # stops once the interval decides
     ("precision", "bench_precision", []),
     ("position_gap", "bench_position_gap", []),
     ("resampling_cost", "bench_resampling", []),
