@@ -1,4 +1,4 @@
-"""``rookgrpo`` command line. Subcommands: ``train`` (wraps ``accelerate launch``), ``inspect``, ``recipes``,
+"""``rookgrpo`` command line. Subcommands: ``train`` (wraps ``accelerate launch``), ``preflight``, ``inspect``, ``recipes``,
 ``callbacks``, ``rewards`` (``list``, ``audit``), ``data generate``, ``evaluate``, ``plot``, ``doctor``
 (``rookgrpo --help`` prints them with one line each).
 
@@ -152,6 +152,11 @@ def _cmd_train(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"rookgrpo: training process failed ({type(exc).__name__}, status {code})", file=sys.stderr)
         return int(code) or 1
     return 0
+
+
+def _cmd_preflight(args: argparse.Namespace, extra: list[str]) -> int:
+    """``rookgrpo preflight RECIPE``: ``rookgrpo train RECIPE --preflight only``, launched as the run would be."""
+    return _cmd_train(args, [*extra, "--preflight", "only"])
 
 
 def _cmd_recipes(args: argparse.Namespace, extra: list[str]) -> int:
@@ -330,6 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("recipe", help="recipe YAML, or a packaged recipe's name (e.g. rookworld-tiny; `rookgrpo recipes`)")
     p.set_defaults(func=_cmd_train, allow_extra=True)
+    p = sub.add_parser(
+        "preflight",
+        help="the recipe's worst-case step (longest prompts, completions at max_completion_length) and a few typical "
+             "ones, launched as training is: peak memory, step times, the run's time; exit 2 where it does not fit",
+    )
+    p.add_argument("recipe", help="recipe YAML or packaged recipe name (extra --field value flags override it)")
+    p.set_defaults(func=_cmd_preflight, allow_extra=True)
     p = sub.add_parser("recipes", help="list the packaged recipes and accelerate configs; `recipes NAME --copy DIR` "
                                        "writes one out to edit")
     p.add_argument("name", nargs="?", default=None, help="a packaged recipe or accelerate config (e.g. rookworld-tiny)")

@@ -392,3 +392,13 @@ class RookScriptArguments(ScriptArguments):
         default=None,
         metadata={"help": "Keep only the first N training rows (quick experiments)."},
     )
+    preflight: str = field(
+        default="off",
+        metadata={
+            "help": "Before training, run the worst-case step (rookgrpo.preflight: the dataset's longest prompts, "
+            "every completion max_completion_length tokens, the recipe's batch settings and code paths) and a few "
+            "typical steps, in fresh trainers: print the peak memory, the step times and an estimate of the run's "
+            "time, and stop before the real run, with the settings that fit, where the worst case does not. "
+            "`on` (or true): then train; `only`: stop after it (`rookgrpo preflight RECIPE`); `off` (false)."
+        },
+    )

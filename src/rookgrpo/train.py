@@ -14,8 +14,12 @@ from pathlib import Path
 logger = logging.getLogger(__name__)
 
 
-def build_trainer(argv: Sequence[str], extra_callbacks: Sequence = ()):
-    """Parse a recipe (plus ``--field value`` overrides) and build its trainer; returns (trainer, script_args, model)."""
+def build_trainer(argv: Sequence[str], extra_callbacks: Sequence = (), adjust=None, dataset_transform=None):
+    """Parse a recipe (plus ``--field value`` overrides) and build its trainer; returns (trainer, script_args, model).
+
+    ``adjust(script_args, training_args)`` may change the parsed settings before anything loads, and
+    ``dataset_transform(dataset, model_path, training_args)`` the prepared training data (``rookgrpo preflight``:
+    the worst case)."""
     from trl import get_peft_config, get_quantization_config
 
     from .assets import resolve_model
@@ -25,6 +29,8 @@ def build_trainer(argv: Sequence[str], extra_callbacks: Sequence = ()):
     from .trainer import RookGRPOTrainer
 
     script_args, training_args, model_args = parse_recipe(argv)
+    if adjust is not None:
+        adjust(script_args, training_args)
     if not model_args.model_name_or_path:
         raise ConfigError("model_name_or_path: not set. Give a hub id, a local directory, or rookgrpo/tiny-random.")
     model_path = resolve_model(model_args.model_name_or_path)
@@ -45,6 +51,8 @@ def build_trainer(argv: Sequence[str], extra_callbacks: Sequence = ()):
     train_dataset = prepare_dataset(train_dataset, script_args)
     if script_args.max_train_samples is not None:
         train_dataset = train_dataset.select(range(min(script_args.max_train_samples, len(train_dataset))))
+    if dataset_transform is not None:
+        train_dataset = dataset_transform(train_dataset, model_path, training_args)
     eval_dataset = None
     if training_args.eval_strategy != "no":
         eval_dataset = load_recipe_dataset(
@@ -84,6 +92,13 @@ def trainable_summary(model) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
+    from .preflight import preflight_mode, run_preflight
+
+    mode = preflight_mode(argv)
+    if mode != "off":  # the worst case's step (and a few typical ones) before anything commits to the settings
+        result = run_preflight(argv)
+        if mode == "only":
+            return 0 if result.fits else 2
     trainer, script_args, model_path = build_trainer(argv)
     training_args = trainer.args
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)

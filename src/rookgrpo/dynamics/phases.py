@@ -83,6 +83,8 @@ class PhaseMeter:
         self._peak: dict[str, float] = {}
         self._open: dict[str, tuple[float, int]] = {}
         self.process_peak_mib = 0.0  # CPU: the process's peak resident set since the meter was built
+        self.run_peaks: dict[str, float] = {}  #: {phase: its peak MiB over the meter's life} (never taken)
+        self.last_started: str | None = None  #: the phase started last (where an out-of-memory error came from)
         self._note_process_peak()
 
     def _note_process_peak(self) -> None:
@@ -113,6 +115,7 @@ class PhaseMeter:
         else:
             start_bytes = _rss_bytes()
         self._open[phase] = (time.perf_counter(), start_bytes)
+        self.last_started = phase
 
     def stop(self, phase: str) -> None:
         if phase not in self._open:
@@ -133,6 +136,7 @@ class PhaseMeter:
         else:
             peak = max(start_bytes, _rss_bytes())
         self._peak[phase] = max(self._peak.get(phase, 0.0), peak / MIB)
+        self.run_peaks[phase] = max(self.run_peaks.get(phase, 0.0), peak / MIB)
         if not self.cuda:  # the peak just read is the process's too
             self.process_peak_mib = max(self.process_peak_mib, peak / MIB)
 
