@@ -40,6 +40,7 @@ BENCHMARKS: list[tuple[str, str, list[str]]] = [
     ("step_time", "bench_step_time", ["--max-blocks", "200"]),  # stops once the interval decides
     ("guards", "bench_guards", ["--rounds", "3"]),
     ("reward_isolation", "bench_reward_isolation", []),  # stops once the interval decides
+    ("preflight", "bench_preflight", []),  # the embedded recipe's whole run (about 15 minutes)
     ("precision", "bench_precision", []),
     ("position_gap", "bench_position_gap", []),
     ("resampling_cost", "bench_resampling", []),
