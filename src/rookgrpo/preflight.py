@@ -98,7 +98,8 @@ class PreflightResult:
         lines = [f"preflight: worst case {s['prompts_per_step']} prompt(s) x {s['num_generations']} completions per "
                  f"step ({s['per_device_train_batch_size']} per device per micro-batch, gradient accumulation "
                  f"{s['gradient_accumulation_steps']}, {s['processes']} process(es)), prompts up to "
-                 f"{s['prompt_tokens']} tokens, every completion {s['completion_tokens']} tokens"]
+                 f"{s['prompt_tokens']} tokens, every completion {s['completion_tokens']} tokens"
+                 + (f" (task {s['task']}: its worst case is the slowest of the recipe's tasks)" if s.get("task") else "")]
         worst = self.attempts[0] if self.attempts else None
         if worst is not None and worst.fits:
             lines.append(f"  fits: peak memory {self.peak_mib:.0f} MiB ({_kind_text(self.memory_kind)})"
@@ -312,9 +313,10 @@ class _Measured:
     prompt_lengths: list = field(default_factory=list)  #: the training prompts' token counts (a sample)
 
 
-def _measure(argv: Sequence[str], output_dir: str, steps: int, worst: bool, settings: dict) -> _Measured:
-    """Build the recipe's trainer (the worst case's when ``worst``) with ``settings`` changed, train ``steps`` steps,
-    and free it."""
+def _measure(argv: Sequence[str], output_dir: str, steps: int, worst: bool, settings: dict,
+             task: str | None = None) -> _Measured:
+    """Build the recipe's trainer (the worst case's when ``worst``; of one ``task``'s rows where the recipe samples
+    per task) with ``settings`` changed, train ``steps`` steps, and free it."""
     import torch
 
     from .train import build_trainer
@@ -326,6 +328,8 @@ def _measure(argv: Sequence[str], output_dir: str, steps: int, worst: bool, sett
             setattr(training_args, key, value)
         if worst:
             _force_length(training_args, training_args.max_completion_length)
+        if task is not None:  # batches are task-homogeneous: each task's worst case on its own
+            training_args.task_generation_kwargs = {task: training_args.task_generation_kwargs[task]}
 
     lengths: list[int] = []
 
@@ -338,8 +342,11 @@ def _measure(argv: Sequence[str], output_dir: str, steps: int, worst: bool, sett
                 lengths.extend(_length_sample(dataset, tokenizer))
             return dataset
         n = max(1, training_args.generation_batch_size // training_args.num_generations)
+        if task is not None:
+            column = training_args.task_column
+            dataset = dataset.filter(lambda row: str(row[column]) == task)
         rows, longest = longest_prompts(dataset, tokenizer, n)
-        shape.update(prompt_tokens=longest, prompts_per_step=n)
+        shape.update(prompt_tokens=longest, prompts_per_step=n, **({"task": task} if task is not None else {}))
         return rows
 
     argv = [*argv, *_overrides(output_dir, steps), "--preflight", "off"]
@@ -442,19 +449,30 @@ def run_preflight(argv: Sequence[str], typical_steps: int = TYPICAL_STEPS, searc
     from .recipe import parse_recipe
 
     started = time.perf_counter()
-    output_dir = parse_recipe(list(argv))[1].output_dir
+    training_args = parse_recipe(list(argv))[1]
+    output_dir = training_args.output_dir
+    tasks = sorted(training_args.task_generation_kwargs or {}) or [None]
     with tempfile.TemporaryDirectory(prefix="rookgrpo-preflight-") as tmp:
-        worst = _measure(argv, f"{tmp}/worst", 2, worst=True, settings={})
-        attempts = [Attempt({}, worst.fits, worst.peak_mib, worst.step_seconds[-1] if worst.step_seconds else None,
-                            worst.phase, worst.error)]
+        # The worst case of each task where batches are task-homogeneous: the first that does not fit, else the one
+        # whose step is the slowest (the estimate reads its width)
+        worst = None
+        for task in tasks:
+            measured = _measure(argv, f"{tmp}/worst", 2, worst=True, settings={}, task=task)
+            if worst is not None and measured.peak_mib is not None and worst.peak_mib is not None:
+                measured.peak_mib = max(measured.peak_mib, worst.peak_mib)
+            if worst is None or not measured.fits or (worst.fits and _last(measured.step_seconds) >
+                                                      _last(worst.step_seconds)):
+                worst = measured
+            if not worst.fits:
+                break
+        attempts = [Attempt({}, worst.fits, worst.peak_mib, _last(worst.step_seconds), worst.phase, worst.error)]
         result = PreflightResult(fits=worst.fits, shape=worst.shape, memory_kind=worst.memory_kind,
                                  peak_mib=worst.peak_mib if worst.fits else None, limit=worst.limit or {},
                                  worst_step_seconds=attempts[0].step_seconds, attempts=attempts)
         if not worst.fits:
             for settings in (_candidates(worst.shape) if search else []):
-                tried = _measure(argv, f"{tmp}/try", 1, worst=True, settings=settings)
-                attempts.append(Attempt(settings, tried.fits, tried.peak_mib,
-                                        tried.step_seconds[-1] if tried.step_seconds else None, tried.phase,
+                tried = _measure(argv, f"{tmp}/try", 1, worst=True, settings=settings, task=worst.shape.get("task"))
+                attempts.append(Attempt(settings, tried.fits, tried.peak_mib, _last(tried.step_seconds), tried.phase,
                                         tried.error))
                 if tried.fits:
                     break
@@ -466,6 +484,10 @@ def run_preflight(argv: Sequence[str], typical_steps: int = TYPICAL_STEPS, searc
     if not result.fits:
         raise PreflightFailed(_failure_message(result))
     return result
+
+
+def _last(values: list) -> float | None:
+    return values[-1] if values else None
 
 
 def _estimate(result: PreflightResult, typical: _Measured, worst: _Measured, run_steps: int | None) -> None:
