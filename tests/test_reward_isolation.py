@@ -354,3 +354,30 @@ def test_the_doctor_names_a_jump_in_a_rewards_none_rate():
     assert [f.key for f in findings] == ["reward_none_jump:judge"]
     steady = [{**e, "rewards/judge/none": 0.27} for e in entries]  # a multi-task mix: a steady share is no finding
     assert diagnose(History(steady), only=["reward_failures"])[0] == []
+
+
+def test_a_reward_failing_in_a_held_out_evaluation_costs_that_metric_not_the_run(
+        tiny_model_dir, smoke_dataset, tmp_path, caplog):
+    from rookgrpo.callbacks import HeldoutEval
+
+    calls = {"n": 0}
+
+    def judge_down_at_step_2(completions, **kwargs):  # scored in evaluations only
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise ConnectionError("judge down")
+        return varied(completions)
+
+    heldout = HeldoutEval(data="rookgrpo/smoke-prompts", n=8, every=2, rewards=[judge_down_at_step_2, varied])
+    args = tiny_grpo_args(tmp_path, max_steps=4, per_device_train_batch_size=8, num_generations=4,
+                          max_completion_length=8)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=[varied], args=args,
+                              train_dataset=smoke_dataset, callbacks=[heldout])
+    with caplog.at_level("WARNING"):
+        trainer.train()
+    evals = {h["step"]: h for h in trainer.state.log_history if "heldout/varied" in h}
+    assert sorted(evals) == [0, 2, 4]
+    assert "heldout/judge_down_at_step_2" in evals[0] and "heldout/judge_down_at_step_2" in evals[4]
+    assert "heldout/judge_down_at_step_2" not in evals[2]
+    assert any("'judge_down_at_step_2' failed on the held-out rows (ConnectionError: judge down)" in r.getMessage()
+               for r in caplog.records)

@@ -32,7 +32,10 @@ Methods ``RookGRPOTrainer`` overrides (each calls ``super()`` and adds one dispa
 
 - ``_generate_and_score_completions(inputs)``: the scored batch, for ``on_scored_batch`` (zero-std resampling,
   selection, diagnostics). Relies on: it returns the dict of tensors the loss consumes, with ``advantages``.
-- ``_calculate_rewards(inputs, prompts, completions, completion_ids_list)``: per-function rewards, for resampling.
+- ``_calculate_rewards(inputs, prompts, completions, completion_ids_list)``: per-function rewards, for resampling, and
+  reward isolation (:mod:`rookgrpo.rewards.isolation`). Relies on: it calls the functions ``trainer.reward_funcs`` holds
+  when it runs (rookgrpo puts isolating wrappers there for the call and restores the list after it), converts ``None``
+  to NaN, and returns the rewards gathered over processes, each process's rows contiguous in process order.
 - ``_generate(prompts)``: generation, wrapped for per-task sampling settings and the phase timer.
 - ``_get_per_token_logps_and_entropies(...)``: the policy's token log-probs, for ``on_loss_logps`` (KL cap).
 - ``_get_train_sampler(dataset)``: the sampler, for per-task batches and prompt selection.

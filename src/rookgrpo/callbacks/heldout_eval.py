@@ -25,6 +25,7 @@ Example recipe entry (a task of your own, docs/howto.md "A task of your own")::
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any
@@ -34,6 +35,8 @@ from ..errors import ConfigError
 from ..trl_compat import log_metric
 from .base import RookCallback
 from .registry import register_callback
+
+logger = logging.getLogger(__name__)
 
 
 @register_callback("heldout_eval")
@@ -168,8 +171,20 @@ class HeldoutEval(RookCallback):
         ids = [tokenizer(c if isinstance(c, str) else c[0]["content"], add_special_tokens=False)["input_ids"]
                for c in completions]
         out = {}
+        args = getattr(getattr(self, "trainer", None), "args", None)
+        isolated = getattr(args, "reward_isolation", False)
         for func, name in zip(self.reward_funcs, self.reward_names):
-            values = func(prompts=prompts, completions=completions, completion_ids=ids, **columns)
+            if isolated:  # as in training (reward_isolation): a failing call costs this metric, not the run
+                from ..rewards.isolation import call_isolated
+
+                values, failure = call_isolated(func, name, args.reward_timeout, prompts=prompts,
+                                                completions=completions, completion_ids=ids, **columns)
+                if failure is not None:
+                    logger.warning("%s: reward function %r failed on the held-out rows (%s); heldout/%s is left out "
+                                   "of this evaluation.", self.state_key, name, failure.summary, name)
+                    continue
+            else:
+                values = func(prompts=prompts, completions=completions, completion_ids=ids, **columns)
             kept = [float(v) for v in values if v is not None and not math.isnan(float(v))]
             if kept:
                 out[name] = sum(kept) / len(kept)

@@ -167,11 +167,7 @@ class IsolatedSync:
                                                   "its thread is left running and its result will be discarded"))
         except Exception as exc:  # noqa: BLE001 - a reward's bug must not end the run (counted, named, stopped on)
             return self._fail(n, _exception_failure(exc))
-        rewards, failure = check_result(result, n)
-        if failure is not None:
-            return self._fail(n, failure)
-        self.record(self.index, None, rewards)
-        return rewards
+        return self._checked(result, n)
 
     def _call_in_thread(self, prompts, completions, kwargs):
         import torch
@@ -196,6 +192,14 @@ class IsolatedSync:
             raise box["error"]
         return box["result"]
 
+    def _checked(self, result, n: int) -> list:
+        """The result as TRL takes it, recorded; a result TRL cannot use is this call's failure."""
+        rewards, failure = check_result(result, n)
+        if failure is not None:
+            return self._fail(n, failure)
+        self.record(self.index, None, rewards)
+        return rewards
+
     def _fail(self, n: int, failure: Failure) -> list:
         self.record(self.index, failure, None)
         return [None] * n
@@ -213,11 +217,27 @@ class IsolatedAsync(IsolatedSync):
             return self._fail(n, _timeout_failure(self.timeout, self.__name__, "its task was cancelled"))
         except Exception as exc:  # noqa: BLE001
             return self._fail(n, _exception_failure(exc))
-        rewards, failure = check_result(result, n)
-        if failure is not None:
-            return self._fail(n, failure)
-        self.record(self.index, None, rewards)
-        return rewards
+        return self._checked(result, n)
+
+
+def call_isolated(func, name: str, timeout: float | None, **kwargs) -> tuple[list | None, Failure | None]:
+    """Call one reward function outside a training batch (a held-out evaluation scoring with the run's rewards),
+    isolated as a training call is: (its rewards, with :data:`FAILED` rows as ``None``; ``None``) or (``None``, why
+    the call failed). An async function runs to completion in an event loop of its own."""
+    from trl.trainer.utils import is_async_callable
+
+    seen: dict = {}
+
+    def record(index, failure, rewards):
+        seen["failure"] = failure
+
+    cls = IsolatedAsync if is_async_callable(func) else IsolatedSync
+    out = cls(func, 0, name, record, timeout)(**kwargs)
+    if asyncio.iscoroutine(out):
+        out = asyncio.run(out)
+    if seen.get("failure") is not None and seen["failure"].kind != "rows":
+        return None, seen["failure"]
+    return [None if isinstance(r, _Failed) else r for r in out], None
 
 
 @dataclass
