@@ -220,18 +220,38 @@ class IsolatedAsync(IsolatedSync):
         return self._checked(result, n)
 
 
+def is_async(func) -> bool:
+    """Whether calling ``func`` returns a coroutine: an async function, a ``functools.partial`` of one, or an object
+    whose ``__call__`` is async (TRL 1.16's ``is_async_callable``; TRL 1.10 has none)."""
+    import functools
+    import inspect
+
+    while isinstance(func, functools.partial):
+        func = func.func
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+
+
+def _as_coroutine_function(isolated: IsolatedAsync):
+    """An async isolated call as a coroutine *function* named like the reward: what every TRL version runs
+    concurrently (TRL 1.10 recognises async rewards with ``inspect.iscoroutinefunction`` only)."""
+
+    async def call(prompts, completions, **kwargs):
+        return await isolated(prompts, completions, **kwargs)
+
+    call.__name__ = call.__qualname__ = isolated.__name__
+    return call
+
+
 def call_isolated(func, name: str, timeout: float | None, **kwargs) -> tuple[list | None, Failure | None]:
     """Call one reward function outside a training batch (a held-out evaluation scoring with the run's rewards),
     isolated as a training call is: (its rewards, with :data:`FAILED` rows as ``None``; ``None``) or (``None``, why
     the call failed). An async function runs to completion in an event loop of its own."""
-    from trl.trainer.utils import is_async_callable
-
     seen: dict = {}
 
     def record(index, failure, rewards):
         seen["failure"] = failure
 
-    cls = IsolatedAsync if is_async_callable(func) else IsolatedSync
+    cls = IsolatedAsync if is_async(func) else IsolatedSync
     out = cls(func, 0, name, record, timeout)(**kwargs)
     if asyncio.iscoroutine(out):
         out = asyncio.run(out)
@@ -279,15 +299,14 @@ class RewardIsolation:
     def wrap(self, funcs: list) -> list:
         """The batch's functions, each isolated (reward models, ``nn.Module``, are left to TRL)."""
         import torch
-        from trl.trainer.utils import is_async_callable
 
         self._batch, self._rows = {}, {}
         out = []
         for i, (func, name) in enumerate(zip(funcs, self.names)):
             if isinstance(func, torch.nn.Module):
                 out.append(func)
-            elif is_async_callable(func):
-                out.append(IsolatedAsync(func, i, name, self._record, self.timeout))
+            elif is_async(func):
+                out.append(_as_coroutine_function(IsolatedAsync(func, i, name, self._record, self.timeout)))
             else:
                 out.append(IsolatedSync(func, i, name, self._record, self.timeout))
         return out
