@@ -51,7 +51,7 @@ def main(argv=None):
         f"{s['prompt_tokens']} tokens, completions {s['completion_tokens']} tokens |",
         f"| peak memory of the worst case (process's peak resident set) | {report['peak_mib']:.0f} MiB |",
         f"| worst-case step | {report['worst_step_seconds']:.2f} s |",
-        f"| typical step (mean of steps 2-6) | {report['typical_step_seconds']:.2f} s |",
+        f"| typical step (mean of steps 2-8) | {report['typical_step_seconds']:.2f} s |",
         f"| step read at the dataset's mean batch width | {report['step_seconds']:.2f} s |",
         f"| held-out evaluations x time | {report['evaluations']} x {report['evaluation_seconds'] or 0:.1f} s |",
         f"| estimate of the run's training time | {report['estimate_seconds']:.0f} s |",
@@ -64,7 +64,7 @@ def main(argv=None):
     result = {
         "title": "Preflight on the embedded recipe: its figures and its estimate of the run's time",
         "description": (f"`{args.recipe}`, one process, CPU ({cpu_features()}): the preflight's worst case (the "
-                        "dataset's longest prompts, every completion at max_completion_length, two steps), six typical "
+                        "dataset's longest prompts, every completion at max_completion_length, two steps), eight typical "
                         "steps, then the recipe's run; the estimate against the run's `train_runtime`."),
         "table": table,
         "command": "python benchmarks/bench_preflight.py" + (f" --max-steps {args.max_steps}" if args.max_steps else ""),

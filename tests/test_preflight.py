@@ -93,11 +93,12 @@ def test_under_a_limit_that_fits_it_passes_and_estimates_the_run_within_a_quarte
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads((tmp_path / "run" / "preflight.json").read_text())
     assert report["fits"] and report["shape"]["prompt_tokens"] == LONG_CHARS
+    assert report["shape"]["completion_tokens_min"] == 16, "every worst-case completion at max_completion_length"
     assert report["run_steps"] == 16 and report["worst_step_seconds"] > 5 * report["typical_step_seconds"]
     history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
     runtime = next(h["train_runtime"] for h in history if "train_runtime" in h)
     assert abs(report["estimate_seconds"] / runtime - 1) <= 0.25, (report["estimate_seconds"], runtime)
-    assert run.steps == 8 + 16, "the worst case's 2 steps, the typical 6, then the run's 16"
+    assert run.steps == 2 + 8 + 16, "the worst case's 2 steps, the typical 8, then the run's 16"
 
 
 # ---- parts ---------------------------------------------------------------------------------------------------------

@@ -518,3 +518,31 @@ def test_resampling_under_vllm_on_two_cpu_processes(gpt2_dir, tmp_path, monkeypa
     assert sum(h.get("resample/rounds", 0) for h in history) >= 1
     assert all(math.isfinite(h["loss"]) for h in history if "loss" in h)
     assert any("sampling/sampling_logp_difference/mean" in h for h in history)
+
+
+# ---- preflight ------------------------------------------------------------------------------------------------------
+
+def test_preflights_worst_case_generates_through_vllm_at_the_full_length(gpt2_dir, tmp_path, monkeypatch):
+    """``rookgrpo preflight`` on a colocated-vLLM recipe: the worst case's completions are all max_completion_length
+    tokens (vLLM's ``min_tokens``), both of its trainers build and free their engines in one process, and it reports."""
+    import json
+    import sys
+
+    import yaml
+
+    from conftest import REPO, run_cli
+
+    for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"):  # set by this process's engines
+        monkeypatch.delenv(name, raising=False)
+    data = write_flat_data(tmp_path / "flat.jsonl", 32)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": str(gpt2_dir), "dataset_name": str(data), "reward_funcs": ["uci_charset"],
+        "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 12, "max_steps": 10,
+        "logging_steps": 1, "beta": 0.0, "use_cpu": True, "use_vllm": True, "vllm_mode": "colocate",
+        "report_to": "none", "save_strategy": "no", "output_dir": str(tmp_path / "out")}))
+    proc = run_cli([sys.executable, "-m", "rookgrpo", str(recipe), "--preflight", "only"], cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads((tmp_path / "out" / "preflight.json").read_text())
+    assert report["fits"] and report["shape"]["completion_tokens_min"] == 12
+    assert report["run_steps"] == 10 and report["estimate_seconds"] > 0 and report["peak_mib"] > 0

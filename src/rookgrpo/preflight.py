@@ -46,7 +46,7 @@ from .errors import ConfigError
 logger = logging.getLogger(__name__)
 
 #: Steps of the typical phase (the first warms up; the rest give the mean step time).
-TYPICAL_STEPS = 6
+TYPICAL_STEPS = 8
 #: Smaller per-device batches tried, as divisors, where the worst case does not fit.
 BATCH_DIVISORS = (2, 4, 8)
 #: Shorter completions tried after that, as shares of max_completion_length.
@@ -78,7 +78,7 @@ class PreflightResult:
     fits: bool
     shape: dict  #: the worst case: prompt and completion tokens, batch settings, processes
     memory_kind: str  #: "cuda_max_allocated" (per device, max over devices) or "cpu_peak_rss" (per process)
-    peak_mib: float | None
+    peak_mib: float | None  #: the largest over processes
     limit: dict  #: the memory the process may use, where known: {"bytes", "source"}
     worst_step_seconds: float | None
     typical_step_seconds: float | None = None  #: the mean of the typical steps after the first
@@ -89,6 +89,7 @@ class PreflightResult:
     estimate_seconds: float | None = None
     attempts: list[Attempt] = field(default_factory=list)
     preflight_seconds: float | None = None
+    peak_mib_per_process: list = field(default_factory=list)  #: the worst case's peak of each process, rank order
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -309,6 +310,7 @@ class _Measured:
     run_steps: int | None = None
     evaluators: list | None = None
     memory_kind: str = ""
+    peak_per_process: list = field(default_factory=list)  #: in rank order (CUDA: each process's device)
     widths: list = field(default_factory=list)  #: (prompt, completion) padded widths per generation batch
     prompt_lengths: list = field(default_factory=list)  #: the training prompts' token counts (a sample)
 
@@ -376,13 +378,20 @@ def _measure(argv: Sequence[str], output_dir: str, steps: int, worst: bool, sett
             exc.__traceback__ = None
         meter._note_process_peak()
         peak = torch.cuda.max_memory_allocated(trainer.accelerator.device) / MIB if cuda else meter.process_peak_mib
-        measured.peak_mib = _max_over_ranks(trainer, peak)
+        measured.peak_per_process = _per_rank(trainer, peak)
+        measured.peak_mib = max(measured.peak_per_process)
         measured.log_history = list(trainer.state.log_history)
         measured.widths, measured.prompt_lengths = list(widths.widths), lengths
+        shortest = [h["completions/min_length"] for h in measured.log_history if "completions/min_length" in h]
+        if worst and shortest:  # the forced length took: every completion max_completion_length tokens
+            shape["completion_tokens_min"] = int(min(shortest))
         measured.step_seconds = [h["step_time"] for h in measured.log_history if "step_time" in h]
         return measured
     finally:
         if trainer is not None:
+            from .vllm_compat import release_engine
+
+            release_engine(trainer)  # a colocated engine's memory, before the next trainer builds its own
             trainer.model = trainer.model_wrapped = trainer.optimizer = trainer.lr_scheduler = None
             trainer.accelerator.free_memory()
         del trainer
@@ -391,13 +400,14 @@ def _measure(argv: Sequence[str], output_dir: str, steps: int, worst: bool, sett
             torch.cuda.empty_cache()
 
 
-def _max_over_ranks(trainer, value: float) -> float:
+def _per_rank(trainer, value: float) -> list[float]:
+    """``value`` of every process, in rank order (every process calls it)."""
     accelerator = trainer.accelerator
     if accelerator.num_processes < 2:
-        return float(value)
+        return [float(value)]
     import torch
 
-    return float(accelerator.gather(torch.tensor([float(value)], device=accelerator.device)).max().item())
+    return accelerator.gather(torch.tensor([float(value)], device=accelerator.device)).tolist()
 
 
 def _evaluators(trainer) -> list[int]:
@@ -468,7 +478,8 @@ def run_preflight(argv: Sequence[str], typical_steps: int = TYPICAL_STEPS, searc
         attempts = [Attempt({}, worst.fits, worst.peak_mib, _last(worst.step_seconds), worst.phase, worst.error)]
         result = PreflightResult(fits=worst.fits, shape=worst.shape, memory_kind=worst.memory_kind,
                                  peak_mib=worst.peak_mib if worst.fits else None, limit=worst.limit or {},
-                                 worst_step_seconds=attempts[0].step_seconds, attempts=attempts)
+                                 worst_step_seconds=attempts[0].step_seconds, attempts=attempts,
+                                 peak_mib_per_process=worst.peak_per_process if worst.fits else [])
         if not worst.fits:
             for settings in (_candidates(worst.shape) if search else []):
                 tried = _measure(argv, f"{tmp}/try", 1, worst=True, settings=settings, task=worst.shape.get("task"))
@@ -531,7 +542,9 @@ def _failure_message(result: PreflightResult) -> str:
             f"{s['prompt_tokens']} tokens x {s['num_generations']} completions of {s['completion_tokens']} tokens, "
             f"per_device_train_batch_size {s['per_device_train_batch_size']}, gradient_accumulation_steps "
             f"{s['gradient_accumulation_steps']}, steps_per_generation {s['steps_per_generation']}, "
-            f"{s['processes']} process(es): out of memory in {worst.phase or 'the step'} ({worst.error}). ")
+            f"{s['processes']} process(es): out of memory in {worst.phase or 'the step'} at "
+            f"{worst.peak_mib or 0:.0f} MiB {'allocated' if result.memory_kind.startswith('cuda') else 'resident'} "
+            f"({worst.error}). ")
     if fitting is not None:
         text += (f"Measured to fit: {_settings_text(fitting.settings)} (peak {fitting.peak_mib:.0f} MiB, "
                  f"worst-case step {fitting.step_seconds:.2f} s); set these in the recipe.")
