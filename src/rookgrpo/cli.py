@@ -1,5 +1,5 @@
-"""``rookgrpo`` command line. Subcommands: ``train`` (wraps ``accelerate launch``), ``preflight``, ``inspect``, ``recipes``,
-``callbacks``, ``rewards`` (``list``, ``audit``), ``data generate``, ``evaluate``, ``plot``, ``doctor``
+"""``rookgrpo`` command line. Subcommands: ``train`` (wraps ``accelerate launch``), ``preflight``, ``inspect``,
+``recipes``, ``callbacks``, ``rewards`` (``list``, ``audit``), ``data generate``, ``evaluate``, ``plot``, ``doctor``
 (``rookgrpo --help`` prints them with one line each).
 
 Errors a user can fix (:class:`~rookgrpo.errors.ConfigError`) print one clear line and exit with status 2, with no

@@ -152,11 +152,45 @@ def _duration(seconds: float) -> str:
 # ---- the recipe's mode -----------------------------------------------------------------------------------------
 
 def preflight_mode(argv: Sequence[str]) -> str:
-    """The recipe's ``preflight``: ``off``, ``on`` or ``only`` (``true``/``false`` accepted)."""
-    from .recipe import parse_recipe
+    """The recipe's ``preflight``: ``off``, ``on`` or ``only`` (``true``/``false`` accepted), read from the flags
+    (the last ``--preflight`` wins) or the recipe file, without building the configs (whose checks log notices)."""
+    import yaml
 
-    value = parse_recipe(list(argv))[0].preflight
-    return normalize_mode(value)
+    from .recipe import normalize_argv
+
+    argv = normalize_argv(argv)
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == "--preflight" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--preflight="):
+            value = arg.split("=", 1)[1]
+    if value is None and "--config" in argv:
+        with open(argv[argv.index("--config") + 1]) as fh:
+            value = (yaml.safe_load(fh) or {}).get("preflight", "off")
+    return normalize_mode("off" if value is None else value)
+
+
+class _SayOnce(logging.Filter):
+    """Lets each message through once per process: the preflight builds the recipe's configs several times, and
+    their notices (training on CPU without a GPU, ...) are the run's, said once."""
+
+    def __init__(self):
+        super().__init__()
+        self.said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.said:
+            return False
+        self.said.add(message)
+        return True
+
+
+def _say_config_notices_once() -> None:
+    config_logger = logging.getLogger("rookgrpo.config")
+    if not any(isinstance(f, _SayOnce) for f in config_logger.filters):
+        config_logger.addFilter(_SayOnce())
 
 
 def normalize_mode(value) -> str:
@@ -315,13 +349,11 @@ class _Measured:
     prompt_lengths: list = field(default_factory=list)  #: the training prompts' token counts (a sample)
 
 
-def _measure(argv: Sequence[str], output_dir: str, steps: int, worst: bool, settings: dict,
+def _measure(build_trainer, argv: Sequence[str], output_dir: str, steps: int, worst: bool, settings: dict,
              task: str | None = None) -> _Measured:
     """Build the recipe's trainer (the worst case's when ``worst``; of one ``task``'s rows where the recipe samples
     per task) with ``settings`` changed, train ``steps`` steps, and free it."""
     import torch
-
-    from .train import build_trainer
 
     shape: dict = {}
 
@@ -453,11 +485,14 @@ def _candidates(shape: dict) -> list[dict]:
     return out
 
 
-def run_preflight(argv: Sequence[str], typical_steps: int = TYPICAL_STEPS, search: bool = True) -> PreflightResult:
-    """Measure the recipe in ``argv`` (a recipe path and ``--field value`` overrides) as the module docstring says;
-    raises :class:`PreflightFailed` where the worst case does not fit. Every process of a launch calls it."""
+def run_preflight(argv: Sequence[str], build_trainer, typical_steps: int = TYPICAL_STEPS,
+                  search: bool = True) -> PreflightResult:
+    """Measure the recipe in ``argv`` (a recipe path and ``--field value`` overrides) as the module docstring says,
+    with trainers built by ``build_trainer`` (:func:`rookgrpo.train.build_trainer`); raises :class:`PreflightFailed`
+    where the worst case does not fit. Every process of a launch calls it."""
     from .recipe import parse_recipe
 
+    _say_config_notices_once()
     started = time.perf_counter()
     training_args = parse_recipe(list(argv))[1]
     output_dir = training_args.output_dir
@@ -467,7 +502,7 @@ def run_preflight(argv: Sequence[str], typical_steps: int = TYPICAL_STEPS, searc
         # whose step is the slowest (the estimate reads its width)
         worst = None
         for task in tasks:
-            measured = _measure(argv, f"{tmp}/worst", 2, worst=True, settings={}, task=task)
+            measured = _measure(build_trainer, argv, f"{tmp}/worst", 2, worst=True, settings={}, task=task)
             if worst is not None and measured.peak_mib is not None and worst.peak_mib is not None:
                 measured.peak_mib = max(measured.peak_mib, worst.peak_mib)
             if worst is None or not measured.fits or (worst.fits and _last(measured.step_seconds) >
@@ -482,13 +517,14 @@ def run_preflight(argv: Sequence[str], typical_steps: int = TYPICAL_STEPS, searc
                                  peak_mib_per_process=worst.peak_per_process if worst.fits else [])
         if not worst.fits:
             for settings in (_candidates(worst.shape) if search else []):
-                tried = _measure(argv, f"{tmp}/try", 1, worst=True, settings=settings, task=worst.shape.get("task"))
+                tried = _measure(build_trainer, argv, f"{tmp}/try", 1, worst=True, settings=settings,
+                                 task=worst.shape.get("task"))
                 attempts.append(Attempt(settings, tried.fits, tried.peak_mib, _last(tried.step_seconds), tried.phase,
                                         tried.error))
                 if tried.fits:
                     break
         else:
-            typical = _measure(argv, f"{tmp}/typical", typical_steps, worst=False, settings={})
+            typical = _measure(build_trainer, argv, f"{tmp}/typical", typical_steps, worst=False, settings={})
             _estimate(result, typical, worst, _run_steps(argv))
     result.preflight_seconds = time.perf_counter() - started
     _write(result, output_dir)

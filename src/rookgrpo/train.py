@@ -96,7 +96,7 @@ def main(argv: Sequence[str]) -> int:
 
     mode = preflight_mode(argv)
     if mode != "off":  # the worst case's step (and a few typical ones) before anything commits to the settings
-        result = run_preflight(argv)
+        result = run_preflight(argv, build_trainer)
         if mode == "only":
             return 0 if result.fits else 2
     trainer, script_args, model_path = build_trainer(argv)
