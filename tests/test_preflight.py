@@ -1,8 +1,8 @@
 """``rookgrpo preflight``: the worst-case step before the run commits, under a real memory limit.
 
 The recipe: a char GPT-2 (2 layers, width 64, 2048 positions) on 64 prompts, 63 of them about 20 characters and one of
-1000 (row 40), 4 prompts x 4 completions per step, 16 steps (one epoch): the long prompt comes at step 13, and its batch
-(TRL pads it to the long prompt) needs about three times the memory of the others. The limit is an address-space
+1400 (row 40), 4 prompts x 4 completions per step, 16 steps (one epoch): the long prompt comes at step 13, and its batch
+(TRL pads it to the long prompt) needs about twice the memory of the others. The limit is an address-space
 rlimit (``RLIMIT_AS``) set in the subprocess, with glibc's arenas capped (``MALLOC_ARENA_MAX=2``) so the process's
 address space follows its allocations: a limit the short steps fit under and the long one does not.
 """
@@ -23,8 +23,10 @@ from conftest import REPO
 
 pytestmark = pytest.mark.slow
 
-CAP = int(3.0 * 2**30)  # short steps fit (measured here: 2.4 GiB suffices); the worst case needs over 3.2 GiB
-LONG_ROW, LONG_CHARS = 40, 1000
+# Measured here: the short steps fit in 2.2 GiB; the worst case (16 rows of 1416 tokens) needs over 4.2 GiB; half its
+# rows (per_device_train_batch_size 8) fit from 3.2 GiB. The limit sits between those, 0.5 GiB from each.
+CAP = int(3.7 * 2**30)
+LONG_ROW, LONG_CHARS = 40, 1400
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +67,8 @@ def test_preflight_fails_in_the_first_minute_under_a_cap_where_the_unguarded_run
     assert pre.returncode == 2, pre.stderr[-3000:]
     assert pre.seconds < 60
     error = pre.stderr.split("rookgrpo: error: ")[-1]
-    assert error.startswith("preflight: the worst-case step does not fit under a limit of 3072 MiB (RLIMIT_AS")
+    assert error.startswith(f"preflight: the worst-case step does not fit under a limit of {CAP / 2**20:.0f} MiB "
+                            "(RLIMIT_AS")
     assert f"4 prompt(s) of up to {LONG_CHARS} tokens x 4 completions of 16 tokens, per_device_train_batch_size 16" \
            in error
     assert "can't allocate memory" in error
