@@ -149,3 +149,17 @@ def test_a_bad_preflight_mode_is_refused_naming_the_field():
     assert [normalize_mode(v) for v in (True, False, "only", "on")] == ["on", "off", "only", "on"]
     with pytest.raises(ConfigError, match="preflight: 'maybe' is not a mode"):
         normalize_mode("maybe")
+
+
+@pytest.mark.distributed  # two processes: `make test` runs these alone, after the rest
+def test_on_two_processes_each_measures_its_own_worst_case(tmp_path):
+    from conftest import run_cli, venv_bin
+
+    proc = run_cli([venv_bin("rookgrpo"), "preflight", "smoke", "--num_processes", "2", "--use_cpu", "true",
+                    "--max_steps", "10", "--output_dir", str(tmp_path / "out")], timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "preflight.json").read_text())
+    assert report["shape"]["processes"] == 2 and len(report["peak_mib_per_process"]) == 2
+    assert report["peak_mib"] == max(report["peak_mib_per_process"]) > 0
+    assert report["shape"]["completion_tokens_min"] == report["shape"]["completion_tokens"] == 16
+    assert report["run_steps"] == 10 and not (tmp_path / "out" / "trainer_state.json").exists()  # `only`: no run
