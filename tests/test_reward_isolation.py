@@ -381,3 +381,49 @@ def test_a_reward_failing_in_a_held_out_evaluation_costs_that_metric_not_the_run
     assert "heldout/judge_down_at_step_2" not in evals[2]
     assert any("'judge_down_at_step_2' failed on the held-out rows (ConnectionError: judge down)" in r.getMessage()
                for r in caplog.records)
+
+
+# ---- TRL's layouts: its evaluation between steps, a batch reused over steps and iterations -------------------------
+
+def test_buffered_batches_and_trls_evaluation_between_steps(tiny_model_dir, smoke_dataset, tmp_path):
+    """steps_per_generation 2 x num_iterations 2 (each generation batch is optimised over 4 steps) and TRL's own
+    evaluation every 2 steps. The reward fails on the second training generation: its rows are left out over all 4
+    steps that reuse it. It fails on every evaluation call: logged as eval_rewards/<name>/failed, and not counted
+    towards the stop rule (reward_failure_patience 2 would otherwise stop the run at the second evaluation)."""
+    train = smoke_dataset.add_column("split", ["train"] * len(smoke_dataset))
+    evaluation = smoke_dataset.select(range(8)).add_column("split", ["eval"] * 8)
+    count = {"train": 0}
+
+    def judge(completions, split, **kwargs):
+        if split[0] == "eval":
+            raise ConnectionError("eval judge down")
+        count["train"] += 1
+        if count["train"] == 2:
+            raise ConnectionError("judge down once")
+        return varied(completions)
+
+    args = tiny_grpo_args(tmp_path, max_steps=8, per_device_train_batch_size=4, num_generations=4,
+                          steps_per_generation=2, num_iterations=2, max_completion_length=8, temperature=1.0,
+                          eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=4,
+                          reward_failure_patience=2)
+    trainer = RookGRPOTrainer(model=str(tiny_model_dir), reward_funcs=[judge, varied], args=args,
+                              train_dataset=train, eval_dataset=evaluation)
+    scored = []
+    score = trainer._generate_and_score_completions
+
+    def capture(inputs):
+        output = score(inputs)
+        if trainer.model.training:
+            scored.append({"rewards": trainer._last_rewards_per_func.clone(), "advantages": output["advantages"]})
+        return output
+
+    trainer._generate_and_score_completions = capture
+    trainer.train()
+    assert trainer.state.global_step == 8 and len(scored) == 2
+    assert not torch.isnan(scored[0]["rewards"]).any()
+    _assert_excluded(scored[1])  # the batch steps 5-8 optimise: every row left out, advantage 0
+    train_logs = [h for h in trainer.state.log_history if "rewards/judge/failed" in h]
+    assert [h["rewards/judge/failed"] for h in train_logs] == [0, 1]
+    eval_logs = [h for h in trainer.state.log_history if "eval_rewards/judge/failed" in h]
+    assert len(eval_logs) == 4 and all(h["eval_rewards/judge/failed"] == 1 for h in eval_logs)
+    assert trainer._isolation.records["judge"].streak == 1  # the failed training batch; the evaluations never count

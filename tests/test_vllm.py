@@ -546,3 +546,35 @@ def test_preflights_worst_case_generates_through_vllm_at_the_full_length(gpt2_di
     report = json.loads((tmp_path / "out" / "preflight.json").read_text())
     assert report["fits"] and report["shape"]["completion_tokens_min"] == 12
     assert report["run_steps"] == 10 and report["estimate_seconds"] > 0 and report["peak_mib"] > 0
+
+
+# ---- reward isolation --------------------------------------------------------------------------------------------
+
+def test_a_failing_reward_under_vllm_leaves_its_rows_out_and_the_run_goes_on(gpt2_dir, flat_data, tmp_path):
+    """reward_isolation with vLLM generating: a reward that raises on the second batch; that batch's rows are left
+    out whole (advantage 0), TRL's importance-sampling fields stay, and the run trains on."""
+    count = {"n": 0}
+
+    def flaky(completions, **kwargs):
+        count["n"] += 1
+        if count["n"] == 2:
+            raise ConnectionError("judge down")
+        return [len(set(c)) / max(len(c), 1) for c in completions]
+
+    trainer = Trainer(model=str(gpt2_dir), reward_funcs=[flaky, _mostly_flat()],
+                      args=vllm_args(tmp_path, max_steps=3), train_dataset=flat_data)
+    seen = []
+    score = trainer._generate_and_score_completions
+
+    def capture(inputs):
+        output = score(inputs)
+        seen.append((trainer._last_rewards_per_func.clone(), output))
+        return output
+
+    trainer._generate_and_score_completions = capture
+    trainer.train()
+    assert trainer.state.global_step == 3
+    rewards, output = seen[1]
+    assert torch.isnan(rewards).all() and (output["advantages"] == 0).all()
+    assert "importance_sampling_ratio" in output or "sampling_per_token_logps" in output
+    assert [h["rewards/flaky/failed"] for h in trainer.state.log_history if "rewards/flaky/failed" in h] == [0, 1, 0]

@@ -347,7 +347,7 @@ class RewardIsolation:
             rewards_per_func[bad_rows] = torch.nan
             # Every rank knows now that something failed, so every rank takes part in this gather: what failed where.
             said = [(f.kind, f.summary) if (f := self._batch.get(i)) is not None else None for i in range(n_funcs)]
-            self._note(gather_object([said]), rows_failed, step, process_index)
+            self._note(gather_object([said]), rows_failed, step, process_index, training)
         total = max(rewards_per_func.shape[0], 1)
         metrics = {}
         for i, name in enumerate(self.names):
@@ -360,7 +360,7 @@ class RewardIsolation:
             self._check_streaks(rows_failed.all(dim=0).tolist(), step, n_proc)
         return rewards_per_func, metrics
 
-    def _note(self, said: list, rows_failed, step: int, process_index: int) -> None:
+    def _note(self, said: list, rows_failed, step: int, process_index: int, training: bool = True) -> None:
         """Count this batch's failures (``said``: each rank's (kind, summary) per function) and log each function's
         first failure, and each new kind of failure, once (on the main process)."""
         for i, name in enumerate(self.names):
@@ -384,9 +384,10 @@ class RewardIsolation:
             record.kinds_said.add(key)
             if process_index == 0:
                 ranks = "" if len(said) == 1 else f" on process(es) {', '.join(str(r) for r, _ in where)}"
-                logger.warning("reward function %r failed at step %d%s (%s): %s. Its %d row(s) of this batch are "
-                               "unscorable (every component left out, advantage 0); counted in rewards/%s/failed.",
-                               name, step, ranks, kind, summary, int(rows_failed[:, i].sum().item()), name)
+                logger.warning("reward function %r failed at step %d%s (%s): %s. Its %d row(s) of this %s are "
+                               "unscorable (every component left out, advantage 0); counted in %srewards/%s/failed.",
+                               name, step, ranks, kind, summary, int(rows_failed[:, i].sum().item()),
+                               "batch" if training else "evaluation batch", "" if training else "eval_", name)
 
     def _check_streaks(self, all_failed: list[bool], step: int, n_proc: int) -> None:
         for name, every in zip(self.names, all_failed):
