@@ -289,9 +289,9 @@ class RookGRPOTrainer(GRPOTrainer):
             if isolation is not None:
                 self.reward_funcs = funcs
         if isolation is not None:
-            from .trl_compat import log_metric, metric_mode
-
             from accelerate.utils import gather_object
+
+            from .trl_compat import log_metric, metric_mode
 
             rewards, metrics = isolation.apply(rewards, len(prompts), self.accelerator.gather, gather_object,
                                                self.accelerator.process_index, self.state.global_step,
