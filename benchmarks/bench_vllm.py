@@ -25,7 +25,6 @@ importable here):
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -183,10 +182,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5, help="generation batches per backend in the last table")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    ran = in_vllm_venv(__file__, without_out(argv or []), args.out)  # in .venv-vllm when vLLM is not here
+    ran = in_vllm_venv(__file__, argv, args.out)  # in .venv-vllm when vLLM is not here
     if ran is not None:
         return ran
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     tables, result = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         if "mismatch" in args.parts:

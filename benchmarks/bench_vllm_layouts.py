@@ -24,7 +24,6 @@ and the weights go over gloo on loopback, where NCCL would send them GPU to GPU.
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -192,10 +191,9 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3, help="runs per trainer in the async table")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    ran = in_vllm_venv(__file__, without_out(argv or []), args.out)  # in .venv-vllm when vLLM is not here
+    ran = in_vllm_venv(__file__, argv, args.out)  # in .venv-vllm when vLLM is not here
     if ran is not None:
         return ran
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     result = {}
     with tempfile.TemporaryDirectory() as tmp:
         server_table, result["server"] = server_against_colocate(tmp, args.steps, args.blocks)

@@ -49,13 +49,16 @@ STARTED_AT = provenance()
 
 
 def in_vllm_venv(script: str, argv: list[str] | None, out: str | None) -> dict | None:
-    """Run ``script`` with ``argv`` in ``.venv-vllm`` (which ``make test-vllm`` builds) when vLLM is not importable
-    here, and return its result; ``None`` when vLLM is importable (the caller measures in this process)."""
+    """Run ``script`` with ``argv`` (less any ``--out FILE``) in ``.venv-vllm`` (which ``make test-vllm`` builds) when
+    vLLM is not importable here, and return its result written to ``out``; ``None`` when vLLM is importable: the
+    caller measures in this process, with a GiB of KV cache per engine unless ``VLLM_CPU_KVCACHE_SPACE`` says."""
     import importlib.util
     import tempfile
 
     if importlib.util.find_spec("vllm") is not None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         return None
+    argv = without_out(argv or [])
     repo = Path(__file__).resolve().parents[1]
     python = repo / ".venv-vllm" / "bin" / "python"
     if not python.exists():
@@ -63,7 +66,7 @@ def in_vllm_venv(script: str, argv: list[str] | None, out: str | None) -> dict |
                          "builds the venv), then this command again.")
     with tempfile.TemporaryDirectory() as tmp:
         target = out or f"{tmp}/result.json"
-        subprocess.run([str(python), script, *(argv or []), "--out", target], check=True, cwd=repo)
+        subprocess.run([str(python), script, *argv, "--out", target], check=True, cwd=repo)
         return json.loads(Path(target).read_text())
 
 
