@@ -427,3 +427,20 @@ def test_buffered_batches_and_trls_evaluation_between_steps(tiny_model_dir, smok
     eval_logs = [h for h in trainer.state.log_history if "eval_rewards/judge/failed" in h]
     assert len(eval_logs) == 4 and all(h["eval_rewards/judge/failed"] == 1 for h in eval_logs)
     assert trainer._isolation.records["judge"].streak == 1  # the failed training batch; the evaluations never count
+
+
+def test_a_function_that_fails_only_single_rows_is_recorded_with_its_first_error():
+    from rookgrpo.rewards.isolation import RewardIsolation
+
+    isolation = RewardIsolation(["judge"], timeout=None, patience=3)
+
+    def judge(prompts, completions, **kwargs):
+        return [FAILED, 1.0, 0.5, 0.0]
+
+    funcs = isolation.wrap([judge])
+    rewards = torch.tensor([funcs[0](prompts=["p"] * 4, completions=["c"] * 4)], dtype=torch.float32).T
+    rewards, metrics = isolation.apply(rewards, 4, lambda t: t, lambda x: x, 0, 7, training=True)
+    assert torch.isnan(rewards[0]).all() and not torch.isnan(rewards[1:]).any()
+    assert metrics["rewards/judge/failed"] == 0.25
+    assert isolation.summary() == {"judge": {"calls": 1, "failed_calls": 0, "failed_rows": 1,
+                                             "first_error": "returned FAILED for 1 of 4 rows", "first_step": 7}}

@@ -461,14 +461,6 @@ def _epoch_steps(trainer) -> int | None:
     return math.ceil(args.num_train_epochs * max(batches // args.gradient_accumulation_steps, 1))
 
 
-def _run_steps(argv: Sequence[str]) -> int | None:
-    """The run's optimizer steps: ``max_steps`` where the recipe sets it; else ``None`` (the typical trainer counts)."""
-    from .recipe import parse_recipe
-
-    max_steps = parse_recipe(list(argv))[1].max_steps
-    return int(max_steps) if max_steps and max_steps > 0 else None
-
-
 def _candidates(shape: dict) -> list[dict]:
     """Smaller settings with the same completions per optimizer step: the per-device batch divided (gradient
     accumulation multiplied, the generation batch divided with it), then shorter completions."""
@@ -503,8 +495,10 @@ def run_preflight(argv: Sequence[str], build_trainer, typical_steps: int = TYPIC
         worst = None
         for task in tasks:
             measured = _measure(build_trainer, argv, f"{tmp}/worst", 2, worst=True, settings={}, task=task)
-            if worst is not None and measured.peak_mib is not None and worst.peak_mib is not None:
-                measured.peak_mib = max(measured.peak_mib, worst.peak_mib)
+            if worst is not None and measured.peak_per_process and worst.peak_per_process:  # the tasks' larger peak
+                measured.peak_per_process = [max(a, b) for a, b in zip(measured.peak_per_process,
+                                                                       worst.peak_per_process)]
+                measured.peak_mib = max(measured.peak_per_process)
             if worst is None or not measured.fits or (worst.fits and _last(measured.step_seconds) >
                                                       _last(worst.step_seconds)):
                 worst = measured
@@ -525,7 +519,8 @@ def run_preflight(argv: Sequence[str], build_trainer, typical_steps: int = TYPIC
                     break
         else:
             typical = _measure(build_trainer, argv, f"{tmp}/typical", typical_steps, worst=False, settings={})
-            _estimate(result, typical, worst, _run_steps(argv))
+            max_steps = training_args.max_steps  # else the typical trainer counts the epochs' steps
+            _estimate(result, typical, worst, int(max_steps) if max_steps and max_steps > 0 else None)
     result.preflight_seconds = time.perf_counter() - started
     _write(result, output_dir)
     if not result.fits:

@@ -409,5 +409,6 @@ class RewardIsolation:
                 raise RewardFunctionError(message) from record.last_exception
 
     def summary(self) -> dict:
-        """{name: calls, failed calls, failed rows, first error, its step} for every function that has failed."""
-        return {name: r.to_dict() for name, r in self.records.items() if r.failed_calls}
+        """{name: calls, failed calls, failed rows, first error, its step} for every function that has failed (a whole
+        call, or rows it returned :data:`FAILED` for)."""
+        return {name: r.to_dict() for name, r in self.records.items() if r.first_error is not None}
